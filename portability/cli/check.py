@@ -1,0 +1,148 @@
+"""``portability check MODEL``: the main command."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+PHASES = {"start": "starting", "convert": "converting", "load": "loading", "infer": "running", "time": "timing"}
+
+
+def _floats(s: str, what: str) -> tuple[float, float]:
+    from portability.core.errors import UsageError
+
+    try:
+        lo, hi = (float(x) for x in s.split(","))
+    except ValueError:
+        raise UsageError(f"{what} must look like LOW,HIGH (e.g. 0,1), got '{s}'") from None
+    if not lo < hi:
+        raise UsageError(f"{what}: LOW must be below HIGH, got '{s}'")
+    return lo, hi
+
+
+class _Progress:
+    def __init__(self, console, quiet: bool):
+        self.console, self.quiet = console, quiet
+        self.status = None
+        self.running: dict[str, str] = {}
+
+    def _refresh(self) -> None:
+        if self.status is not None:
+            self.status.update(", ".join(f"{k}: {v}…" for k, v in self.running.items()) or "…")
+
+    def target_started(self, target) -> None:
+        self.running[target.id] = "starting"
+        self._refresh()
+
+    def target_phase(self, target, phase) -> None:
+        self.running[target.id] = PHASES.get(phase, phase)
+        self._refresh()
+
+    def target_done(self, r) -> None:
+        from portability.report.table import STYLE
+
+        self.running.pop(r.id, None)
+        self._refresh()
+        if not self.quiet:
+            took = f"{r.duration_s:.1f} s" if r.duration_s is not None else ""
+            self.console.print(f"  [{STYLE.get(r.status, '')}]{r.status:<13}[/] {r.id:<24} {took}", highlight=False)
+
+
+def check(
+    model: Path = typer.Argument(..., help="The ONNX model file (external data beside it is supported).", show_default=False),
+    targets: Optional[str] = typer.Option(None, "--targets", "-t", help="Comma-separated platforms (server, web, mobile, all) or exact target ids (web/ort-wasm). Default: server. The reference server/ort-cpu always runs."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the schema-v1 JSON report here."),
+    junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one test case per target), for CI."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz with one array per model input (one batch, or a stack of batches)."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help=".npz with 'x' (or one array per input) and integer labels 'y': adds task accuracy."),
+    shape: Optional[List[str]] = typer.Option(None, "--shape", help="Fix dynamic dims: NAME=1x3x224x224 (repeatable). Default: leading dim 1, others 32, with a warning."),
+    samples: Optional[int] = typer.Option(None, "--samples", min=1, help="Synthesized batches (default 8), or the most dataset samples to use (default all)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of synthesized inputs (default 0)."),
+    input_range: str = typer.Option("0,1", "--input-range", help="LOW,HIGH of synthesized float inputs."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Untimed runs before timing (default 10)."),
+    runs: Optional[int] = typer.Option(None, "--runs", min=0, help="Timed runs for latency percentiles (default 50; 0 skips timing)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Seconds a target may take from loading to its last timed run (default 300)."),
+    convert_timeout: Optional[float] = typer.Option(None, "--convert-timeout", min=1, help="Seconds a target's conversions may take (default 900)."),
+    memory_limit_mb: Optional[float] = typer.Option(None, "--memory-limit-mb", help="Kill a target whose processes use more memory (default: 80% of RAM)."),
+    max_abs: Optional[float] = typer.Option(None, "--max-abs", help="Threshold: largest absolute output difference (default 1e-4)."),
+    cosine: Optional[float] = typer.Option(None, "--cosine", help="Threshold: lowest cosine similarity per output (default 0.9999)."),
+    min_top1: Optional[float] = typer.Option(None, "--min-top1", help="Threshold: lowest top-1 agreement (default 1.0)."),
+    max_accuracy_drop: Optional[float] = typer.Option(None, "--max-accuracy-drop", help="Threshold: largest accuracy fall with --dataset (default 0.01)."),
+    gate: Optional[List[str]] = typer.Option(None, "--gate", help="Make targets/platforms gating (ID) or cross-checks (-ID); comma-separated, repeatable."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Convert afresh and keep nothing in the artifact cache."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Artifact cache (default $PORTABILITY_CACHE_DIR or ~/.cache/portability)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Targets run at once after the reference (default 1: clean latencies)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Settings file (default: ./portability.toml or [tool.portability] in ./pyproject.toml)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the table (and errors)."),
+) -> int:
+    """Convert MODEL for each target, run it there, compare with server/ort-cpu, and report.
+
+    Exit 0 when every gating target passed, 1 when one failed, 2 on a usage error or bad model/input."""
+    import os
+
+    import psutil
+    from rich.console import Console
+
+    from portability.core.config import find_config, load_config
+    from portability.core.errors import UsageError
+    from portability.core.model import load_model
+    from portability.core.pipeline import CheckOptions, check as run_check
+    from portability.core.runner import Limits
+    from portability.report.files import write_json, write_junit
+    from portability.report.table import explanations, render
+
+    err = Console(stderr=True)
+    cfg_path = config if config else find_config(Path.cwd())
+    if config and not config.is_file():
+        raise UsageError(f"config file not found: {config}")
+    cfg = load_config(cfg_path)
+    pick = lambda flag, key, default: flag if flag is not None else cfg.get(key, default)  # noqa: E731
+
+    user_t = {k: v for k, v in cfg.get("thresholds", {}).items() if not isinstance(v, dict)}
+    per_target = {k: v for k, v in cfg.get("thresholds", {}).items() if isinstance(v, dict)}
+    for k, v in (("max_abs", max_abs), ("cosine", cosine), ("top1_agreement", min_top1), ("accuracy_drop", max_accuracy_drop)):
+        if v is not None:
+            user_t[k] = v
+            for d in per_target.values():
+                d.pop(k, None)
+    gates = [g.strip() for item in (gate or cfg.get("gate", [])) for g in item.split(",") if g.strip()]
+    mem = pick(memory_limit_mb, "memory_limit_mb", psutil.virtual_memory().total / 2**20 * 0.8)
+    opts = CheckOptions(
+        targets=pick(targets, "targets", "server"),
+        inputs=inputs, dataset=dataset, shapes=list(shape or []),
+        samples=pick(samples, "samples", None), seed=pick(seed, "seed", 0),
+        value_range=_floats(input_range, "--input-range"),
+        warmup=pick(warmup, "warmup", 10), runs=pick(runs, "runs", 50),
+        limits=Limits(convert_timeout_s=float(pick(convert_timeout, "convert_timeout", 900)),
+                      run_timeout_s=float(pick(timeout, "timeout", 300)), memory_mb=float(mem) if mem else None),
+        thresholds=user_t, target_thresholds=per_target, gate=gates,
+        use_cache=not no_cache, cache_dir=cache_dir, jobs=pick(jobs, "jobs", 1),
+    )
+    info = load_model(model)
+    if not quiet:
+        shape_s = ", ".join(f"{i.name} {i.dtype}[{','.join('?' if d is None else str(d) for d in i.shape)}]" for i in info.inputs)
+        err.print(f"[bold]{model}[/]  opset {info.opset}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)
+    progress = _Progress(err, quiet)
+    with err.status("starting…") as status:
+        progress.status = status
+        report = run_check(model, opts, progress, model=info)
+    for note in report.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
+    out = Console()
+    if not out.is_terminal:  # a log or a pipe: do not squeeze the table into 80 columns
+        out = Console(width=160)
+    out.print(render(report))
+    for tid, why in explanations(report):
+        out.print(f"  [bold]{tid}[/]: {why}", highlight=False, soft_wrap=True)
+    if json_path:
+        write_json(report, json_path)
+        err.print(f"report: {json_path}")
+    if junit_path:
+        write_junit(report, junit_path)
+    gating_failed = [t.id for t in report.targets if t.gating and t.failed]
+    if report.passed:
+        err.print("[green]passed[/]: every gating target is within its thresholds")
+        return 0
+    err.print(f"[red]failed[/]: {', '.join(gating_failed)}")
+    return 1

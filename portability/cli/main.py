@@ -1,0 +1,59 @@
+"""``portability``: the command line. Only this package prints; everything else logs.
+
+Exit codes: 0 every gating target passed · 1 a gating target failed · 2 usage error or bad model/input
+· 3 internal error (traceback with PORTABILITY_DEBUG=1).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+
+import typer
+
+from portability.cli import check as check_cmd
+from portability.cli import setup as setup_cmd
+from portability.cli import targets as targets_cmd
+
+app = typer.Typer(
+    name="portability",
+    help="Does a trained model still work, and how well, once it leaves its framework? "
+    "Converts an ONNX model to each platform's formats, really runs it there (server, web browser, mobile), "
+    "and reports drift against the server reference, accuracy, size and latency.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("check")(check_cmd.check)
+app.command("targets")(targets_cmd.targets)
+app.add_typer(setup_cmd.app, name="setup")
+
+
+def main() -> None:
+    import click
+
+    from portability.core.errors import UsageError
+
+    logging.basicConfig(level=os.environ.get("PORTABILITY_LOG", "WARNING").upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        rc = app(standalone_mode=False)
+    except click.exceptions.UsageError as e:
+        e.show()
+        sys.exit(2)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as e:
+        if os.environ.get("PORTABILITY_DEBUG") == "1":
+            traceback.print_exc()
+        else:
+            print(f"internal error: {type(e).__name__}: {e} (run with PORTABILITY_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(3)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,25 @@
+"""``portability setup ...``: one-time provisioning of runtimes that live outside Python packages."""
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Provision optional runtimes (one-time, into the cache directory).", no_args_is_help=True)
+
+
+@app.command("arm64")
+def arm64(
+    cache_dir: str = typer.Option(None, "--cache-dir", help="Cache root (default: $PORTABILITY_CACHE_DIR or ~/.cache/portability)."),
+) -> int:
+    """Build the ARM64 root filesystem (Debian arm64 + aarch64 LiteRT and onnxruntime) run under
+    qemu-aarch64-static by the mobile/arm64-* targets. Needs qemu-user-static and debootstrap."""
+    from pathlib import Path
+
+    from portability.core.errors import UsageError
+
+    try:
+        from portability.mobile import arm64 as provisioner
+    except ImportError:
+        raise UsageError("ARM64 emulation is not part of this installation") from None
+    root = provisioner.provision(Path(cache_dir) if cache_dir else None, log=lambda m: typer.echo(m, err=True))
+    typer.echo(f"ARM64 emulator ready: {root}")
+    return 0

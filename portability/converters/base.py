@@ -1,0 +1,61 @@
+"""The Converter interface: one conversion per class, named ``<Output>From<Input>``.
+
+``convert`` is a pure function of (input bytes, converter version, options, calibration data): the
+pipeline calls it through the content-addressed cache (``portability.core.cache``), so a second run
+with the same inputs converts nothing. Converters run inside a worker process.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+
+
+@dataclass
+class ConvertContext:
+    """What a converter may need besides the source artifact.
+
+    ``calibration``: representative inputs (ONNX input name -> array stacked over samples, ONNX layout),
+    with ``calibration_source`` saying where they came from ("dataset", "file" or "synthesized").
+    ``timeout_s``: the conversion's time budget (the worker is killed past it).
+    """
+
+    calibration: dict[str, np.ndarray] | None = None
+    calibration_source: str | None = None
+    timeout_s: float | None = None
+
+
+class Converter(ABC):
+    input_format: ClassVar[str] = "onnx"
+    output_format: ClassVar[str]
+    #: True when the result depends on ``ctx.calibration`` (it then enters the cache key)
+    uses_calibration: ClassVar[bool] = False
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.__name__
+
+    @abstractmethod
+    def version(self) -> str:
+        """Version of the converting software (enters the cache key). Cheap: importlib.metadata."""
+
+    @abstractmethod
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        """Write the converted model into the empty folder ``out_dir`` and return it as an Artifact.
+
+        Raise ConvertError with the converter's meaningful message lines on failure, Unavailable when
+        the converter is not installed. Never touch the network; never modify ``src``'s files."""
+
+
+def package_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "absent"

@@ -1,0 +1,270 @@
+"""ONNX -> TensorFlow SavedModel and TFLite (fp32, fp16, dynamic-range int8, full int8) through onnx2tf.
+
+onnx2tf runs **once** per model: ``SavedModelFromOnnx`` keeps its SavedModel and its fp32/fp16 ``.tflite``
+files in one cache entry; ``TfliteFromSavedModel`` then picks a float variant or quantizes (dynamic range)
+and ``Int8TfliteFromSavedModel`` quantizes fully with calibration data, both sub-second from the
+SavedModel — the same ``TFLiteConverter.from_saved_model`` path onnx2tf's own ``-oiqt`` takes. Targets use
+``tflite_chain(quant)``; ``TfliteFromOnnx`` does the whole chain in one step for callers without a cache.
+
+onnx2tf is run as a subprocess (``python -m onnx2tf``) in a scratch folder on a **copy** of the model (it
+rewrites its input in place), with this environment's bin folder on PATH (it shells out to ``onnxsim``;
+without it, simplification is silently skipped), a seeded-noise ``calibration_image_sample_data_*.npy``
+in its working folder (it downloads one for any 3-channel input otherwise), and proxies pointing at a
+closed port so that nothing it does can reach the network.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from portability.converters.base import ConvertContext, Converter, package_version
+from portability.converters.tflite_layout import describe_tflite, onnx_signature
+from portability.core.artifact import Artifact
+from portability.core.errors import ConvertError, Unavailable
+
+SNAPSHOT = ("portability.converters.onnx_snapshot:OnnxFromOnnx", {"inline": True})
+SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+QUANTS = ("fp32", "fp16", "dynint8", "int8")
+_FLOAT_FILES = {"fp32": "float32", "fp16": "float16"}
+_CAL_MAX_SAMPLES = 100
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NOISE = re.compile(r"^(I0000|W0000|E0000|WARNING: All log messages|To enable the following|.*oneDNN custom op"
+                    r"|.*cpu_feature_guard|.*tensorflow/core/util/port|\s*$)")
+
+
+def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The converter steps from the source ONNX model to a ``.tflite`` file of ``quant``."""
+    if quant not in QUANTS:
+        raise ValueError(f"quant must be one of {QUANTS}, not {quant!r}")
+    pick = ("portability.converters.onnx2tf:Int8TfliteFromSavedModel", {}) if quant == "int8" else \
+        ("portability.converters.onnx2tf:TfliteFromSavedModel", {"quant": quant})
+    return (SNAPSHOT, ("portability.converters.onnx2tf:SavedModelFromOnnx", {}), pick)
+
+
+def _versions() -> str:
+    return f"1+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
+
+
+def _require() -> None:
+    import importlib.util
+
+    for mod, hint in (("onnx2tf", "pip install --no-deps onnx2tf==1.29.24 (see requirements/)"),
+                      ("tensorflow", "pip install tensorflow-cpu"), ("tf_keras", "pip install --no-deps tf-keras"),
+                      ("ai_edge_litert", "pip install ai-edge-litert")):
+        if importlib.util.find_spec(mod) is None:
+            raise Unavailable(f"Python package '{mod}' is not installed (needed to convert to TFLite)", hint)
+
+
+def meaningful_lines(log: str, limit: int = 12) -> list[str]:
+    """onnx2tf's output minus colours, TF start-up noise and progress: the lines that explain a failure."""
+    lines = [_ANSI.sub("", ln).rstrip() for ln in log.splitlines()]
+    lines = [ln for ln in lines if not _NOISE.match(ln)]
+    picked = [ln for ln in lines if re.search(r"ERROR|Error|error:|Exception|not supported|Unsupported|onnx_op_type|onnx_op_name", ln)]
+    tb = [ln for ln in lines if re.match(r"^\w*(Error|Exception)\b", ln)]
+    out = list(dict.fromkeys(picked[-limit:] + tb[-2:]))
+    return out[-limit:] or lines[-limit:]
+
+
+def _failing_op(lines: list[str]) -> tuple[str | None, str | None]:
+    op = node = None
+    for ln in lines:
+        m = re.search(r"onnx_op_type:\s*(\w+)", ln)
+        op = m.group(1) if m else op
+        m = re.search(r"onnx_op_name:\s*(\S+)", ln)
+        node = m.group(1) if m else node
+    return op, node
+
+
+def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None) -> str:
+    """Run onnx2tf on a copy of ``onnx_path`` into ``out`` (SavedModel with a signature + float tflite).
+
+    Returns onnx2tf's log. Raises ConvertError with the meaningful lines (and failing op) on failure."""
+    with tempfile.TemporaryDirectory(prefix="portability-onnx2tf-") as scratch:
+        work = Path(scratch)
+        shutil.copyfile(onnx_path, work / "model.onnx")  # onnx2tf rewrites its input in place
+        np.save(work / SAMPLE_FILE, np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32))
+        env = dict(os.environ)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+            env[var] = "http://127.0.0.1:9"  # a closed port: any download fails at once, offline or not
+        env.pop("NO_PROXY", None), env.pop("no_proxy", None)
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), "-osd"]
+        try:
+            p = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, errors="replace", timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ConvertError(f"onnx2tf did not finish within {timeout_s:.0f} s") from None
+        tflite = work / "out" / "model_float32.tflite"
+        if p.returncode != 0 or not tflite.is_file():
+            lines = meaningful_lines(p.stdout)
+            op, node = _failing_op(lines)
+            head = f"onnx2tf failed (exit {p.returncode})" + (f" at {op} node '{node}'" if op else "")
+            raise ConvertError(head + ": " + " | ".join(ln.strip() for ln in lines if ln.strip()), op=op, node=node)
+        shutil.move(str(work / "out"), str(out))
+        return p.stdout
+
+
+class SavedModelFromOnnx(Converter):
+    """The onnx2tf step: a SavedModel (``path`` is its ``saved_model.pb``, signature ``serving_default``).
+
+    Its folder also holds ``tflite/{fp32,fp16}.tflite``, onnx2tf's float files, which the TFLite steps
+    pick from (a SavedModel loader ignores them; a size measure of the SavedModel should skip them)."""
+
+    output_format = "saved_model"
+
+    def version(self) -> str:
+        return _versions()
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        _require()
+        sig = onnx_signature(src.path)
+        raw = out_dir / ".onnx2tf"
+        log = run_onnx2tf(src.path, raw, ctx.timeout_s)
+        (out_dir / "tflite").mkdir()
+        for q, stem in _FLOAT_FILES.items():
+            shutil.move(str(raw / f"model_{stem}.tflite"), str(out_dir / "tflite" / f"{q}.tflite"))
+        for f in raw.iterdir():
+            if f.suffix != ".tflite":
+                shutil.move(str(f), str(out_dir / f.name))
+        shutil.rmtree(raw)
+        io = describe_tflite(out_dir / "tflite" / "fp32.tflite", sig, onnx_path=src.path)
+        warnings = [ln.strip() for ln in meaningful_lines(log, 6) if "WARN" in ln]
+        return Artifact(path=out_dir / "saved_model.pb", format="saved_model", sha256="", meta={
+            "onnx_signature": sig,
+            "tflite_io": io,  # the SavedModel's signature has the same tensors and layouts as the fp32 tflite
+            "float_tflite": {q: f"tflite/{q}.tflite" for q in _FLOAT_FILES},
+            "onnx2tf_sample_data": "seeded noise (onnx2tf's internal checks only; never the calibration data)",
+            "converter_warnings": warnings,
+        })
+
+
+def _calibration(ctx: ConvertContext, io: dict, sig: dict) -> tuple[list[dict[str, np.ndarray]], str]:
+    """Representative samples in the TFLite layout, one dict per interpreter call, and their source."""
+    cal, source = ctx.calibration, ctx.calibration_source or "given"
+    if not cal:
+        rng = np.random.default_rng(0)
+        cal = {t["name"]: rng.random([8] + [d or 1 for d in t["shape"][1:]]).astype(t["dtype"]) for t in sig["inputs"]}
+        source = "synthesized by the converter (uniform [0, 1) noise, seed 0)"
+    n = min(min(len(a) for a in cal.values()), _CAL_MAX_SAMPLES)
+    samples = []
+    for i in range(n):
+        s = {}
+        for e in io["inputs"]:
+            x = np.asarray(cal[e["onnx"]][i:i + 1])
+            s[e["onnx"]] = x.transpose(e["to_tflite"]) if e["to_tflite"] else x.reshape(e["shape"])
+        samples.append(s)
+    return samples, f"{source} ({n} samples)"
+
+
+def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarray]] | None, io: dict) -> bytes:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quant == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS,
+                                      tf.lite.OpsSet.SELECT_TF_OPS]
+    if quant == "int8":
+        keys = {e["onnx"]: e.get("key") or e["tensor"].removeprefix("serving_default_").split(":")[0] for e in io["inputs"]}
+
+        def representative():
+            for s in samples or []:
+                yield {keys[k]: tf.constant(v, dtype=tf.float32) for k, v in s.items()}
+
+        conv.representative_dataset = representative
+        conv.inference_input_type = tf.int8
+        conv.inference_output_type = tf.int8
+    try:
+        return conv.convert()
+    except Exception as e:
+        lines = [ln for ln in str(e).splitlines() if ln.strip() and "tensorflow/" not in ln][:6]
+        raise ConvertError(f"TFLite converter ({quant}) failed: " + " | ".join(lines or [type(e).__name__])) from None
+
+
+def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) -> Artifact:
+    sm_meta = src.meta
+    out = out_dir / "model.tflite"
+    meta: dict[str, Any] = {"quant": quant, "onnx_signature": sm_meta["onnx_signature"]}
+    if quant in _FLOAT_FILES:
+        shutil.copyfile(src.folder / sm_meta["float_tflite"][quant], out)
+        meta["produced_by"] = "onnx2tf"
+    else:
+        samples = None
+        if quant == "int8":
+            samples, meta["calibration"] = _calibration(ctx or ConvertContext(), sm_meta["tflite_io"], sm_meta["onnx_signature"])
+            meta["calibration_source"] = (ctx.calibration_source if ctx and ctx.calibration else "synthesized")
+        out.write_bytes(_tf_convert(src.folder, quant, samples, sm_meta["tflite_io"]))
+        meta["produced_by"] = "tf.lite.TFLiteConverter.from_saved_model (onnx2tf's SavedModel)"
+    io = describe_tflite(out, sm_meta["onnx_signature"])
+    _keep_float_layouts(io, sm_meta["tflite_io"])
+    meta["tflite_io"] = io
+    return Artifact(path=out, format="tflite", sha256="", meta=meta)
+
+
+def _keep_float_layouts(io: dict, ref: dict) -> None:
+    """Variants share the fp32 graph: reuse its (possibly probed) layouts where the shapes agree."""
+    for kind, key in (("inputs", "to_tflite"), ("outputs", "to_onnx")):
+        for e, r in zip(io[kind], ref[kind]):
+            if e["onnx"] == r["onnx"] and e["shape"] == r["shape"]:
+                e[key] = r[key]
+    io["resolved_by"] = ref.get("resolved_by", io["resolved_by"])
+
+
+class TfliteFromSavedModel(Converter):
+    """Options: ``quant``: ``fp32`` | ``fp16`` (onnx2tf's files) | ``dynint8`` (dynamic-range weights)."""
+
+    input_format = "saved_model"
+    output_format = "tflite"
+
+    def version(self) -> str:
+        return _versions()
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        quant = options.get("quant", "fp32")
+        if quant not in ("fp32", "fp16", "dynint8"):
+            raise ConvertError(f"TfliteFromSavedModel: quant {quant!r} not in fp32|fp16|dynint8 (int8: Int8TfliteFromSavedModel)")
+        _require()
+        return _pick(src, out_dir, quant, ctx)
+
+
+class Int8TfliteFromSavedModel(Converter):
+    """Full integer quantization (int8 weights, activations, inputs and outputs), calibrated on
+    ``ctx.calibration`` (seeded noise when absent; ``meta["calibration"]`` says which)."""
+
+    input_format = "saved_model"
+    output_format = "tflite"
+    uses_calibration = True
+
+    def version(self) -> str:
+        return _versions()
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        _require()
+        return _pick(src, out_dir, "int8", ctx)
+
+
+class TfliteFromOnnx(Converter):
+    """The whole chain in one step (onnx2tf runs every time): ``quant`` in fp32|fp16|dynint8|int8."""
+
+    output_format = "tflite"
+    uses_calibration = True
+
+    def version(self) -> str:
+        return _versions()
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        quant = options.get("quant", "fp32")
+        if quant not in QUANTS:
+            raise ConvertError(f"TfliteFromOnnx: quant {quant!r} not in {'|'.join(QUANTS)}")
+        with tempfile.TemporaryDirectory(prefix="portability-sm-") as tmp:
+            sm = SavedModelFromOnnx().convert(src, Path(tmp), {}, ctx)
+            return _pick(sm, out_dir, quant, ctx)

@@ -1,0 +1,85 @@
+"""Artifacts: a model in one format, as files in one folder (usually a cache entry)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+META_FILE = "artifact.json"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One model in one format.
+
+    ``path`` is the file a runtime opens (``model.onnx``, ``model.tflite``, ``model.json`` of a TF.js graph
+    model); all files of the artifact live in ``path.parent`` (external data, weight shards). ``sha256``
+    identifies the content (for the source model: the model file and its external data together).
+    ``meta`` carries facts a converter recorded for the runtime (input/output name and layout mappings,
+    quantization parameters, calibration source, converter messages) as plain JSON values.
+    """
+
+    path: Path
+    format: str
+    sha256: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def files(self) -> list[Path]:
+        """Every file of the artifact (for size); the folder's files, minus our metadata."""
+        return sorted(p for p in self.folder.rglob("*") if p.is_file() and p.name != META_FILE)
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Artifact":
+        return cls(path=Path(d["path"]), format=d["format"], sha256=d["sha256"], meta=dict(d.get("meta") or {}))
+
+
+def sha256_files(paths: list[Path]) -> str:
+    """One digest over several files (names relative to the first file's folder, then contents)."""
+    h = hashlib.sha256()
+    base = paths[0].parent if paths else Path(".")
+    for p in paths:
+        h.update(os.path.relpath(p, base).encode() + b"\0")
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def size_info(files: list[Path]) -> dict:
+    """Raw and gzip (level 6, as a web server would send it) byte counts over the files."""
+    raw = 0
+    gz = 0
+    for p in files:
+        raw += p.stat().st_size
+        comp = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: gzip container
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                gz += len(comp.compress(chunk))
+        gz += len(comp.flush())
+    return {"size_bytes": raw, "gzip_bytes": gz, "files": len(files)}
+
+
+def write_meta(artifact: Artifact) -> None:
+    (artifact.folder / META_FILE).write_text(json.dumps(artifact.to_dict(), indent=1, sort_keys=True))
+
+
+__all__ = ["Artifact", "sha256_file", "sha256_files", "size_info", "write_meta"]

@@ -1,0 +1,102 @@
+"""Content-addressed artifact cache.
+
+key = sha256(source artifact sha256, converter name, converter version, options, calibration digest).
+An entry is a folder ``<root>/artifacts/<key[:2]>/<key>/`` holding the converted files and
+``artifact.json``; it is written in a temporary folder and renamed into place, so a killed conversion
+never leaves a half entry behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from portability.converters.base import ConvertContext, Converter
+from portability.core.artifact import META_FILE, Artifact, sha256_files, write_meta
+
+log = logging.getLogger(__name__)
+
+
+def default_root() -> Path:
+    env = os.environ.get("PORTABILITY_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "portability"
+
+
+def calibration_digest(cal: dict[str, np.ndarray] | None) -> str | None:
+    if cal is None:
+        return None
+    h = hashlib.sha256()
+    for name in sorted(cal):
+        a = np.ascontiguousarray(cal[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def cache_key(src: Artifact, conv: Converter, options: dict[str, Any], ctx: ConvertContext) -> str:
+    parts = {
+        "src": src.sha256,
+        "converter": conv.name(),
+        "version": conv.version(),
+        "options": options,
+        "calibration": calibration_digest(ctx.calibration) if conv.uses_calibration else None,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class Cache:
+    """``use=False`` (``--no-cache``) converts into a private temporary folder and keeps nothing."""
+
+    def __init__(self, root: Path | None = None, use: bool = True):
+        self.root = Path(root) if root else default_root()
+        self.use = use
+        self._scratch: Path | None = None
+
+    def convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext) -> tuple[Artifact, bool]:
+        """The converted artifact and whether it came from the cache."""
+        key = cache_key(src, conv, options, ctx)
+        if self.use:
+            entry = self.root / "artifacts" / key[:2] / key
+            meta = entry / META_FILE
+            if meta.is_file():
+                art = Artifact.from_dict(json.loads(meta.read_text()))
+                art = Artifact(path=entry / art.path.name, format=art.format, sha256=art.sha256, meta=art.meta)
+                if art.path.exists():
+                    return art, True
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+        else:
+            if self._scratch is None:
+                self._scratch = Path(tempfile.mkdtemp(prefix="portability-nocache-"))
+            entry = self._scratch / key
+            tmp = self._scratch / f".{key}.tmp"
+            tmp.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        try:
+            art = conv.convert(src, tmp, options, ctx)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        rel = art.path.relative_to(tmp)
+        sha = sha256_files(sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != META_FILE))
+        meta = dict(art.meta)
+        meta.setdefault("convert_s", round(time.perf_counter() - t0, 3))
+        meta.setdefault("converter", f"{conv.name()} {conv.version()}")
+        final = Artifact(path=entry / rel, format=art.format, sha256=sha, meta=meta)
+        write_meta(Artifact(path=tmp / rel, format=art.format, sha256=sha, meta=meta))
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # another process won the race: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+        return final, False

@@ -1,0 +1,55 @@
+"""Settings from ``portability.toml`` or ``[tool.portability]`` in ``pyproject.toml`` (CLI flags win).
+
+    [tool.portability]
+    targets = "server,web"
+    gate = ["server/onnx-reference"]       # make a cross-check gating; "-web/ort-webgl" makes one non-gating
+    warmup = 10
+    runs = 50
+    [tool.portability.thresholds]
+    max_abs = 1e-4
+    cosine = 0.9999
+    [tool.portability.thresholds."mobile/tflite-fp16"]
+    max_abs = 5e-3
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from portability.core.errors import UsageError
+from portability.metrics.thresholds import DEFAULTS
+
+KEYS = {"targets": str, "gate": list, "warmup": int, "runs": int, "samples": int, "seed": int, "jobs": int,
+        "timeout": (int, float), "convert_timeout": (int, float), "memory_limit_mb": (int, float), "thresholds": dict}
+
+
+def find_config(start: Path) -> Path | None:
+    for name in ("portability.toml", "pyproject.toml"):
+        p = start / name
+        if p.is_file() and (name == "portability.toml" or "[tool.portability" in p.read_text(errors="replace")):
+            return p
+    return None
+
+
+def load_config(path: Path | None) -> dict:
+    """The validated settings table (empty when there is no file)."""
+    if path is None:
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"cannot read config {path}: {e}") from None
+    table = data.get("tool", {}).get("portability", {}) if path.name == "pyproject.toml" else data.get("tool", {}).get("portability", data)
+    for key, value in table.items():
+        if key not in KEYS:
+            raise UsageError(f"{path}: unknown setting '{key}' (known: {', '.join(sorted(KEYS))})")
+        if not isinstance(value, KEYS[key]) or isinstance(value, bool):
+            raise UsageError(f"{path}: setting '{key}' has the wrong type ({type(value).__name__})")
+    for key, value in table.get("thresholds", {}).items():
+        if isinstance(value, dict):
+            bad = [k for k in value if k not in DEFAULTS]
+        else:
+            bad = [] if key in DEFAULTS and isinstance(value, (int, float)) else [key]
+        if bad:
+            raise UsageError(f"{path}: unknown threshold '{bad[0]}' (known: {', '.join(DEFAULTS)}; or a target id table)")
+    return table

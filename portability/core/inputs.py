@@ -1,0 +1,244 @@
+"""Inputs for a check: synthesized from the signature, read from ``--inputs``, or a labelled ``--dataset``.
+
+Every source ends as :class:`Feeds`: per input, an array ``[n_batches, *resolved_shape]`` (one row per
+inference), plus labels ``[n_batches, batch]`` for a dataset. Files are read with ``allow_pickle=False``.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from portability.core.errors import BadInput, UsageError
+from portability.core.model import ModelInfo, TensorSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 1
+DEFAULT_OTHER_DIM = 32
+DEFAULT_SAMPLES = 8
+
+
+@dataclass
+class Feeds:
+    arrays: dict[str, np.ndarray]
+    source: str  # "synthesized" | "file" | "dataset"
+    seed: int | None = None
+    labels: np.ndarray | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def batches(self) -> int:
+        return next(iter(self.arrays.values())).shape[0]
+
+    @property
+    def samples(self) -> int:
+        """Inference rows (batches × batch size of the first input)."""
+        a = next(iter(self.arrays.values()))
+        return a.shape[0] * (a.shape[1] if a.ndim > 1 else 1)
+
+    def batch(self, i: int) -> dict[str, np.ndarray]:
+        return {k: v[i] for k, v in self.arrays.items()}
+
+
+def parse_shapes(specs: list[str] | None, model: ModelInfo) -> dict[str, tuple[int, ...]]:
+    """``["x=1x3x224x224"]`` -> {"x": (1, 3, 224, 224)}; a single input may omit its name."""
+    out: dict[str, tuple[int, ...]] = {}
+    names = [i.name for i in model.inputs]
+    for s in specs or []:
+        name, sep, dims = s.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise UsageError(f"--shape '{s}': name the input (NAME=DIMS); inputs are {', '.join(names)}")
+            name, dims = names[0], s
+        if name not in names:
+            raise UsageError(f"--shape names unknown input '{name}' (inputs: {', '.join(names)})")
+        if not re.fullmatch(r"\d+(x\d+)*", dims):
+            raise UsageError(f"--shape '{s}': dims must look like 1x3x224x224")
+        shape = tuple(int(d) for d in dims.split("x"))
+        spec = next(i for i in model.inputs if i.name == name)
+        if len(shape) != len(spec.shape):
+            raise UsageError(f"--shape '{s}': input '{name}' has rank {len(spec.shape)}, got {len(shape)} dims")
+        for want, got in zip(spec.shape, shape):
+            if isinstance(want, int) and want != got:
+                raise UsageError(f"--shape '{s}': input '{name}' has a fixed shape {_fmt(spec.shape)}")
+        out[name] = shape
+    return out
+
+
+def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """Concrete shapes for every input: ``given`` first, then named dims shared across inputs, then
+    the defaults (leading dim -> 1, any other -> 32), each default use reported as a warning."""
+    named: dict[str, int] = {}
+    for name, shape in given.items():
+        spec = next(i for i in model.inputs if i.name == name)
+        for d, v in zip(spec.shape, shape):
+            if isinstance(d, str):
+                named.setdefault(d, v)
+    shapes: dict[str, tuple[int, ...]] = {}
+    warnings: list[str] = []
+    for spec in model.inputs:
+        if spec.name in given:
+            shapes[spec.name] = given[spec.name]
+            continue
+        dims = []
+        for axis, d in enumerate(spec.shape):
+            if isinstance(d, int):
+                dims.append(d)
+            elif isinstance(d, str) and d in named:
+                dims.append(named[d])
+            else:
+                v = DEFAULT_BATCH if axis == 0 else DEFAULT_OTHER_DIM
+                if isinstance(d, str):
+                    named[d] = v
+                dims.append(v)
+                warnings.append(f"input '{spec.name}' axis {axis} ('{d or '?'}') is dynamic: using {v} (set it with --shape {spec.name}=...)")
+        shapes[spec.name] = tuple(dims)
+    return shapes, warnings
+
+
+def synthesize(model: ModelInfo, shapes: dict[str, tuple[int, ...]], batches: int, seed: int,
+               value_range: tuple[float, float] = (0.0, 1.0)) -> Feeds:
+    """Seeded random inputs: floats uniform in ``value_range``; integers inside the range of the table
+    they index (when the graph shows one) else [0, 10); bools 50/50."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for spec in model.inputs:
+        shape = (batches,) + shapes[spec.name]
+        dt = _np_dtype(spec)
+        if dt.kind == "f":
+            lo, hi = value_range
+            arrays[spec.name] = rng.uniform(lo, hi, shape).astype(dt)
+        elif dt.kind in "iu":
+            hi = model.index_bounds.get(spec.name, 10)
+            arrays[spec.name] = rng.integers(0, max(hi, 1), shape).astype(dt)
+        elif dt.kind == "b":
+            arrays[spec.name] = rng.random(shape) < 0.5
+        else:
+            raise BadInput(f"cannot synthesize input '{spec.name}' of dtype {spec.dtype}: give --inputs")
+    return Feeds(arrays, "synthesized", seed=seed)
+
+
+def _np_dtype(spec: TensorSpec) -> np.dtype:
+    try:
+        return np.dtype(spec.dtype)
+    except TypeError:
+        raise BadInput(f"input '{spec.name}' has dtype {spec.dtype}, which numpy cannot hold") from None
+
+
+def _fmt(shape) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise BadInput(f"{what} file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except ValueError as e:
+        if "pickle" in str(e):
+            raise BadInput(f"{path} holds Python objects: pickled data is refused (save plain numeric arrays)") from None
+        raise BadInput(f"{path} is not a readable .npz file: {e}") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__})") from None
+
+
+def _conform(name: str, arr: np.ndarray, spec: TensorSpec, shape: tuple[int, ...] | None, where: str, warnings: list[str]) -> np.ndarray:
+    """``arr`` as ``[n_batches, *shape]``: one batch (model rank) or stacked batches (rank + 1)."""
+    want = _np_dtype(spec)
+    if arr.dtype != want:
+        if arr.dtype.kind == want.kind or (arr.dtype.kind in "iu" and want.kind in "iu"):
+            warnings.append(f"{where}: input '{name}' converted from {arr.dtype} to {want}")
+            arr = arr.astype(want)
+        else:
+            raise BadInput(f"{where}: input '{name}' has dtype {arr.dtype}, expected {want.name}")
+    rank = len(spec.shape)
+    if arr.ndim == rank:
+        arr = arr[None]
+    elif arr.ndim != rank + 1:
+        raise BadInput(f"{where}: input '{name}' has shape {list(arr.shape)}, expected {_fmt(spec.shape)} (or a stack of those)")
+    for axis, (d, got) in enumerate(zip(spec.shape, arr.shape[1:])):
+        fixed = d if isinstance(d, int) else (shape[axis] if shape else None)
+        if fixed is not None and fixed != got:
+            raise BadInput(f"{where}: input '{name}' has shape {list(arr.shape[1:])}, expected {_fmt(shape or spec.shape)}")
+    return np.ascontiguousarray(arr)
+
+
+def from_file(model: ModelInfo, path: Path, given: dict[str, tuple[int, ...]]) -> Feeds:
+    """``--inputs``: one array per input name (one batch, or a stack of batches)."""
+    data = _read_npz(path, "--inputs")
+    names = [i.name for i in model.inputs]
+    missing = [n for n in names if n not in data]
+    if missing:
+        spec = next(i for i in model.inputs if i.name == missing[0])
+        raise BadInput(f"{path}: no array for input '{spec.name}' ({spec.dtype} {_fmt(spec.shape)}); arrays found: {', '.join(data) or 'none'}")
+    extra = [k for k in data if k not in names]
+    if extra:
+        raise BadInput(f"{path}: array '{extra[0]}' matches no model input (inputs: {', '.join(names)})")
+    warnings: list[str] = []
+    arrays = {s.name: _conform(s.name, data[s.name], s, given.get(s.name), str(path), warnings) for s in model.inputs}
+    counts = {a.shape[0] for a in arrays.values()}
+    if len(counts) > 1:
+        raise BadInput(f"{path}: inputs hold different numbers of batches ({sorted(counts)})")
+    return Feeds(arrays, "file", warnings=warnings)
+
+
+def from_dataset(model: ModelInfo, path: Path, shapes: dict[str, tuple[int, ...]], limit: int | None) -> Feeds:
+    """``--dataset``: ``x`` (single-input models) or one array per input, samples on axis 0, and ``y``
+    integer class labels; samples are grouped into batches of the model's batch size."""
+    data = _read_npz(path, "--dataset")
+    if "y" not in data:
+        raise BadInput(f"{path}: no 'y' array of labels (a dataset needs x and y)")
+    y = np.asarray(data["y"])
+    if y.ndim != 1 or y.dtype.kind not in "iu":
+        raise BadInput(f"{path}: 'y' must be a 1-D array of integer class labels, got {y.dtype} {list(y.shape)}")
+    names = [i.name for i in model.inputs]
+    if len(names) == 1 and "x" in data and names[0] not in data:
+        per_input = {names[0]: data["x"]}
+    else:
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise BadInput(f"{path}: no array for input '{missing[0]}'" + (" (a single-input model reads 'x')" if len(names) == 1 else ""))
+        per_input = {n: data[n] for n in names}
+    n = len(y)
+    warnings: list[str] = []
+    arrays = {}
+    batch = None
+    for spec in model.inputs:
+        x = per_input[spec.name]
+        shape = shapes[spec.name]
+        if x.shape[0] != n:
+            raise BadInput(f"{path}: input '{spec.name}' has {x.shape[0]} samples but y has {n}")
+        if x.ndim != len(shape) or tuple(x.shape[1:]) != shape[1:]:
+            raise BadInput(f"{path}: input '{spec.name}' samples have shape {list(x.shape[1:])}, expected {list(shape[1:])} (model input {_fmt(spec.shape)})")
+        batch = shape[0] if batch is None else batch
+        arrays[spec.name] = x
+    if limit:
+        n = min(n, limit)
+    nb = n // batch
+    if nb == 0:
+        raise BadInput(f"{path}: {n} samples is fewer than one batch of {batch}")
+    if nb * batch != n:
+        warnings.append(f"--dataset: the last {n - nb * batch} samples do not fill a batch of {batch} and are left out")
+    out = {}
+    for spec in model.inputs:
+        x = arrays[spec.name][: nb * batch]
+        x = x.reshape((nb,) + shapes[spec.name])
+        out[spec.name] = _conform(spec.name, x, spec, shapes[spec.name], str(path), warnings)
+    labels = y[: nb * batch].reshape(nb, batch).astype(np.int64)
+    return Feeds(out, "dataset", labels=labels, warnings=warnings)
+
+
+def save_feeds(feeds: Feeds, path: Path, names: list[str]) -> None:
+    """Arrays keyed ``in0, in1, ...`` (tensor names may hold characters zip members should not)."""
+    np.savez(path, **{f"in{i}": feeds.arrays[n] for i, n in enumerate(names)})
+
+
+def load_feeds(path: Path, names: list[str]) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {n: z[f"in{i}"] for i, n in enumerate(names)}

@@ -1,0 +1,224 @@
+"""Load and validate an ONNX model file; extract its signature.
+
+Untrusted files are the norm: nothing here executes code from the model, and external-data locations
+must resolve to files inside the model's own folder (no absolute paths, no ``..``, no symlink escapes).
+Every problem is a ``BadModel`` with a one-line message.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from portability.core.artifact import Artifact, sha256_files
+from portability.core.errors import BadModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """``shape`` entries are ints (fixed), strings (symbolic, e.g. "batch") or None (unknown)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str | None, ...]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TensorSpec":
+        return cls(d["name"], d["dtype"], tuple(d["shape"]))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: Path
+    sha256: str
+    size_bytes: int
+    opset: int | None
+    producer: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    external_data: tuple[str, ...] = ()
+    #: integer inputs used as Gather indices into a table: name -> exclusive upper bound
+    index_bounds: dict[str, int] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def artifact(self) -> Artifact:
+        return Artifact(path=self.path, format="onnx", sha256=self.sha256)
+
+    def to_dict(self) -> dict:
+        return {
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+            "opset": self.opset,
+            "producer": self.producer,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "external_data": list(self.external_data),
+        }
+
+
+def _tensors_with_external_data(model):
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return [t for t in _get_all_tensors(model) if uses_external_data(t)]
+
+
+def _location(tensor) -> str:
+    for kv in tensor.external_data:
+        if kv.key == "location":
+            return kv.value
+    return ""
+
+
+def confined_location(model_dir: Path, location: str, tensor_name: str = "?") -> Path:
+    """The external-data file a location names, refused unless it is a file inside ``model_dir``."""
+    if not location:
+        raise BadModel(f"tensor '{tensor_name}' uses external data but names no location")
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location.split("/")[0]:
+        raise BadModel(f"external data path '{location}' of tensor '{tensor_name}' is absolute: refused (it must lie in the model's folder)")
+    parts = location.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise BadModel(f"external data path '{location}' of tensor '{tensor_name}' leaves the model's folder: refused")
+    base = model_dir.resolve()
+    target = (model_dir / location).resolve()
+    if base != target and base not in target.parents:
+        raise BadModel(f"external data path '{location}' of tensor '{tensor_name}' resolves outside the model's folder (symlink?): refused")
+    if not target.is_file():
+        raise BadModel(f"external data file '{location}' of tensor '{tensor_name}' is missing next to the model")
+    return target
+
+
+def external_data_files(path: Path) -> list[Path]:
+    """The (confined) external data files a model file references, without loading the data."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    files: list[Path] = []
+    for t in _tensors_with_external_data(model):
+        p = confined_location(path.parent, _location(t), t.name)
+        if p not in files:
+            files.append(p)
+    return files
+
+
+def _check_external_ranges(model, model_dir: Path) -> list[Path]:
+    files: list[Path] = []
+    for t in _tensors_with_external_data(model):
+        p = confined_location(model_dir, _location(t), t.name)
+        kv = {e.key: e.value for e in t.external_data}
+        try:
+            offset = int(kv.get("offset", 0) or 0)
+            length = int(kv["length"]) if kv.get("length") else None
+        except ValueError:
+            raise BadModel(f"tensor '{t.name}' has a malformed external data offset/length") from None
+        size = p.stat().st_size
+        if offset < 0 or offset > size or (length is not None and (length < 0 or offset + length > size)):
+            raise BadModel(f"external data of tensor '{t.name}' lies beyond the end of '{_location(t)}' (truncated file?)")
+        if p not in files:
+            files.append(p)
+    return files
+
+
+def _spec(value_info) -> TensorSpec:
+    import onnx
+
+    tt = value_info.type.tensor_type
+    if not value_info.type.HasField("tensor_type"):
+        kind = value_info.type.WhichOneof("value")
+        raise BadModel(f"'{value_info.name}' is a {kind}, not a tensor: only tensor inputs and outputs are supported")
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
+    except Exception:
+        dtype = onnx.TensorProto.DataType.Name(tt.elem_type).lower()
+    dims: list[int | str | None] = []
+    if tt.HasField("shape"):
+        for d in tt.shape.dim:
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+    return TensorSpec(value_info.name, dtype, tuple(dims))
+
+
+def _index_bounds(model, input_names: set[str]) -> dict[str, int]:
+    """Integer inputs that index a table (Gather's indices into an initializer): their valid range."""
+    inits = {i.name: i for i in model.graph.initializer}
+    bounds: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and len(node.input) >= 2 and node.input[1] in input_names and node.input[0] in inits:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            dims = list(inits[node.input[0]].dims)
+            if dims:
+                n = dims[axis if axis >= 0 else axis + len(dims)]
+                bounds[node.input[1]] = min(bounds.get(node.input[1], n), n)
+    return bounds
+
+
+def load_model(path: str | os.PathLike) -> ModelInfo:
+    """Validate ``path`` fully (checker, shape inference, external data) and describe it."""
+    p = Path(path)
+    if not p.exists():
+        raise BadModel(f"model file not found: {p}")
+    if p.is_dir():
+        raise BadModel(f"{p} is a folder; give the .onnx file")
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise BadModel(f"cannot read {p}: {e.strerror}") from None
+    if not raw:
+        raise BadModel(f"{p} is empty")
+    try:
+        model = onnx.load_model_from_string(raw)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise BadModel(f"{p} is not a valid ONNX file (protobuf parse failed: {str(e).splitlines()[0] if str(e) else 'truncated or corrupt'})") from None
+    if model.ir_version == 0 or not model.HasField("graph"):
+        raise BadModel(f"{p} is not an ONNX model (no IR version or no graph)")
+    files = _check_external_ranges(model, p.parent)
+
+    warnings: list[str] = []
+    try:
+        onnx.checker.check_model(str(p), full_check=True)
+    except onnx.checker.ValidationError as e:
+        raise BadModel(f"invalid ONNX model: {_first_line(e)}") from None
+    except onnx.shape_inference.InferenceError as e:
+        raise BadModel(f"invalid ONNX model (shape inference): {_first_line(e)}") from None
+    except Exception as e:  # checker raises a few other types on broken files (e.g. unknown opset)
+        raise BadModel(f"invalid ONNX model: {_first_line(e)}") from None
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    init_names = {i.name for i in model.graph.initializer}
+    inputs = tuple(_spec(vi) for vi in model.graph.input if vi.name not in init_names)
+    outputs = tuple(_spec(vi) for vi in model.graph.output)
+    if not outputs:
+        raise BadModel("the model's graph has no outputs")
+    producer = " ".join(x for x in (model.producer_name, model.producer_version) if x) or "unknown"
+    digest = sha256_files([p] + files)
+    return ModelInfo(
+        path=p.resolve(),
+        sha256=digest,
+        size_bytes=p.stat().st_size + sum(f.stat().st_size for f in files),
+        opset=opset,
+        producer=producer,
+        inputs=inputs,
+        outputs=outputs,
+        external_data=tuple(str(f.relative_to(p.parent.resolve())) for f in files),
+        index_bounds=_index_bounds(model, {i.name for i in inputs}),
+        warnings=tuple(warnings),
+    )
+
+
+def _first_line(e: Exception) -> str:
+    s = str(e).strip()
+    lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__

@@ -1,0 +1,148 @@
+"""The worker: one target, in its own process. ``python -m portability.core.worker JOB.json``.
+
+It converts (through the cache), loads, runs every input batch, times, and writes ``result.json`` and
+the outputs (``out0, out1, ...`` in an .npz). Phase changes go to the parent as JSON lines on the
+original stdout; everything libraries print goes to stderr (the parent keeps it in a log file). The
+parent enforces time and memory limits and turns a dead worker into ``timeout``/``crashed``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+
+class _Events:
+    def __init__(self, fd: int):
+        self._f = os.fdopen(fd, "w", buffering=1)
+
+    def phase(self, name: str, **extra) -> None:
+        self._f.write(json.dumps({"phase": name, "t": time.time(), **extra}) + "\n")
+        self._f.flush()
+
+
+def run_job(job: dict, events: _Events) -> dict:
+    from portability.converters.base import ConvertContext
+    from portability.core.artifact import Artifact, size_info
+    from portability.core.cache import Cache
+    from portability.core.errors import TargetError, Unavailable
+    from portability.core.inputs import load_feeds
+    from portability.targets.base import Target, load_class
+
+    target = Target.from_dict(job["target"])
+    in_names, out_names = job["input_names"], job["output_names"]
+    result: dict = {"status": "ok", "error": None, "conversions": [], "details": {}}
+    phase = "convert"
+    runtime = None
+    try:
+        feeds = load_feeds(Path(job["feeds"]), in_names)
+        samples = {k: v.reshape((-1,) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
+        ctx = ConvertContext(calibration=samples, calibration_source=job.get("feeds_source"),
+                             timeout_s=job.get("convert_timeout_s"))
+        cache = Cache(Path(job["cache_dir"]) if job.get("cache_dir") else None, use=job.get("use_cache", True))
+        art = Artifact.from_dict(job["source"])
+        for conv_path, options in target.converters:
+            conv = load_class(conv_path)()
+            events.phase("convert", step=conv.name())
+            t0 = time.perf_counter()
+            art, hit = cache.convert(conv, art, options, ctx)
+            result["conversions"].append({"converter": f"{conv.name()} {conv.version()}", "cached": hit,
+                                          "seconds": round(time.perf_counter() - t0, 3)})
+        result["artifact"] = {"format": art.format, "sha256": art.sha256, **size_info(art.files())}
+        if art.meta:
+            result["details"]["artifact_meta"] = art.meta
+
+        phase = "load"
+        events.phase("load")
+        runtime = load_class(target.runtime)(target.options)
+        t0 = time.perf_counter()
+        runtime.load(art)
+        load_ms = (time.perf_counter() - t0) * 1e3
+        result["runtime"] = runtime.describe()
+        result["device"] = runtime.device
+        result["backend_requested"] = runtime.backend_requested()
+        result["backend_used"] = runtime.backend_used()
+
+        phase = "infer"
+        events.phase("infer", batches=next(iter(feeds.values())).shape[0])
+        nb = next(iter(feeds.values())).shape[0]
+        outs: dict[str, list[np.ndarray]] = {n: [] for n in out_names}
+        first_ms = None
+        for i in range(nb):
+            t0 = time.perf_counter()
+            got = runtime.infer({k: v[i] for k, v in feeds.items()})
+            if first_ms is None:
+                first_ms = (time.perf_counter() - t0) * 1e3
+            for n in out_names:
+                if n in got:
+                    outs[n].append(np.asarray(got[n]))
+        saved = {}
+        for j, n in enumerate(out_names):
+            if len(outs[n]) == nb:
+                try:
+                    saved[f"out{j}"] = np.stack(outs[n])
+                except ValueError:  # shapes vary between batches: keep what compares
+                    saved[f"out{j}"] = np.stack([o.reshape(-1) for o in outs[n]]) if len({o.size for o in outs[n]}) == 1 else outs[n][0][None]
+        np.savez(job["outputs"], **saved)
+
+        phase = "time"
+        runs = int(job.get("runs", 50))
+        latency: dict = {"load": round(load_ms, 4), "first": round(first_ms or 0.0, 4)}
+        if runs > 0:
+            events.phase("time", runs=runs)
+            ms = runtime.time({k: v[0] for k, v in feeds.items()}, int(job.get("warmup", 10)), runs)
+            latency["samples"] = [round(x, 5) for x in ms]
+        extra = getattr(runtime, "load_timings", None)
+        if extra:
+            latency.update({k: round(float(v), 4) for k, v in extra().items()})
+        result["latency"] = latency
+        result["details"].update(runtime.details())
+        result["backend_used"] = runtime.backend_used()
+    except TargetError as e:
+        status = e.status
+        if phase == "convert" and status == "run-error":
+            status = "convert-error"
+        if isinstance(e, Unavailable):
+            result["hint"] = e.hint
+        result.update(status=status, error=str(e), op=e.op, node=e.node)
+    except Exception as e:  # an unexpected exception is still this target's failure, in its phase
+        status = {"convert": "convert-error", "load": "load-error"}.get(phase, "run-error")
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        result.update(status=status, error=f"{type(e).__name__}: {msg}" if msg else type(e).__name__)
+        traceback.print_exc()
+    finally:
+        if runtime is not None:
+            try:
+                runtime.close()
+            except Exception:
+                traceback.print_exc()
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ruc = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    result["peak_rss_mb"] = round(max(ru, ruc), 1)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    job_path = Path(argv[0])
+    job = json.loads(job_path.read_text())
+    events_fd = os.dup(1)
+    os.dup2(2, 1)  # library chatter on stdout goes to the log, not into the event stream
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    events = _Events(events_fd)
+    events.phase("start", pid=os.getpid())
+    result = run_job(job, events)
+    tmp = Path(job["result"]).with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, job["result"])
+    events.phase("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

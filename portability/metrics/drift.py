@@ -1,0 +1,80 @@
+"""Numeric drift of a target's outputs against the reference's, per output, and top-1 agreement."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -> dict:
+    """max_abs, max_rel, mean_abs, rmse, p99_abs, cosine (and max_abs in quantization steps when a
+    quantization ``scale`` is known). Non-finite values are counted, never silently dropped."""
+    r = np.asarray(ref, dtype=np.float64).reshape(-1)
+    g = np.asarray(got, dtype=np.float64).reshape(-1)
+    out: dict = {}
+    bad_r, bad_g = ~np.isfinite(r), ~np.isfinite(g)
+    mismatched_nonfinite = int(np.sum(bad_r != bad_g) + np.sum(bad_r & bad_g & (np.nan_to_num(r) != np.nan_to_num(g))))
+    ok = ~(bad_r | bad_g)
+    d = np.abs(r[ok] - g[ok])
+    if d.size:
+        out["max_abs"] = float(d.max())
+        out["max_rel"] = float(np.max(d / np.maximum(np.abs(r[ok]), 1e-12)))
+        out["mean_abs"] = float(d.mean())
+        out["rmse"] = float(np.sqrt(np.mean(d * d)))
+        out["p99_abs"] = float(np.percentile(d, 99))
+    else:
+        out.update(max_abs=0.0, max_rel=0.0, mean_abs=0.0, rmse=0.0, p99_abs=0.0)
+    nr, ng = np.linalg.norm(r[ok]), np.linalg.norm(g[ok])
+    if nr == 0 and ng == 0:
+        out["cosine"] = 1.0
+    elif nr == 0 or ng == 0:
+        out["cosine"] = 0.0
+    else:
+        out["cosine"] = float(np.clip(np.dot(r[ok], g[ok]) / (nr * ng), -1.0, 1.0))
+    if mismatched_nonfinite:
+        out["nonfinite_mismatch"] = mismatched_nonfinite
+        out["max_abs"] = float("inf")
+        out["cosine"] = 0.0
+    if scale:
+        out["max_abs_steps"] = float(out["max_abs"] / scale) if np.isfinite(out["max_abs"]) else float("inf")
+        out["quant_scale"] = float(scale)
+    return out
+
+
+def looks_like_scores(arr: np.ndarray) -> bool:
+    """[batches, (batch,) classes] floats (as stacked by the worker), more than one class."""
+    return arr.dtype.kind == "f" and arr.ndim in (2, 3) and arr.shape[-1] > 1
+
+
+def top1(arr: np.ndarray) -> np.ndarray:
+    return np.argmax(arr, axis=-1).reshape(-1)
+
+
+def top1_agreement(ref: np.ndarray, got: np.ndarray) -> float | None:
+    if not looks_like_scores(ref) or ref.shape != got.shape:
+        return None
+    return float(np.mean(top1(ref) == top1(got)))
+
+
+def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], quant: dict | None = None) -> tuple[dict, float | None, list[str]]:
+    """Per-output drift, the lowest top-1 agreement over score-like outputs, and structural problems
+    (missing outputs, shape changes) as messages — each one makes the target ``drift``."""
+    quant = quant or {}
+    per: dict[str, dict] = {}
+    problems: list[str] = []
+    agreements: list[float] = []
+    for name, r in ref.items():
+        if name not in got:
+            problems.append(f"output '{name}' is missing")
+            continue
+        g = got[name]
+        if r.shape != g.shape:
+            if r.size != g.size:
+                problems.append(f"output '{name}' has shape {list(g.shape[1:])}, reference {list(r.shape[1:])}")
+                continue
+            problems.append(f"output '{name}' has shape {list(g.shape[1:])}, reference {list(r.shape[1:])} (values compared in order)")
+        scale = (quant.get(name) or {}).get("scale")
+        per[name] = output_drift(r, g.reshape(r.shape), scale)
+        a = top1_agreement(r, g.reshape(r.shape))
+        if a is not None:
+            per[name]["top1_agreement"] = a
+            agreements.append(a)
+    return per, (min(agreements) if agreements else None), problems

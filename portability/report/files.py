@@ -1,0 +1,71 @@
+"""Report files: JSON (schema v1) and JUnit XML, each written atomically (temp file + rename)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+from portability.report.schema import Report
+
+
+def _clean(v):
+    """JSON has no Infinity/NaN: write them as strings so every JSON parser reads the report."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "inf" if v > 0 else "-inf" if v < 0 else "nan"
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(_clean(report.to_dict()), indent=2) + "\n"
+
+
+def write_json(report: Report, path: Path) -> None:
+    write_atomic(path, to_json(report))
+
+
+def to_junit(report: Report) -> str:
+    """One testcase per target: failures for failing gating targets, skipped for skipped (and for
+    failing cross-checks, which never fail a CI run by default)."""
+    cases = []
+    failures = skipped = 0
+    for t in report.targets:
+        why = "; ".join(([t.error] if t.error else []) + list(t.breaches)) or t.status
+        body = ""
+        if t.status == "skipped" or (t.failed and not t.gating):
+            skipped += 1
+            body = f"<skipped message={quoteattr(f'{t.status}: {why}')}/>"
+        elif t.failed:
+            failures += 1
+            body = f"<failure type={quoteattr(t.status)} message={quoteattr(why)}>{escape(why)}</failure>"
+        cases.append(f'  <testcase classname="portability.{escape(t.platform)}" name={quoteattr(t.id)} '
+                     f'time="{t.duration_s or 0:.3f}">{body}</testcase>')
+    name = quoteattr(f"portability check {Path(report.model['path']).name}")
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name={name} tests="{len(report.targets)}" '
+            f'failures="{failures}" skipped="{skipped}" errors="0">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def write_junit(report: Report, path: Path) -> None:
+    write_atomic(path, to_junit(report))

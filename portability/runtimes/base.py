@@ -1,0 +1,94 @@
+"""The Runtime interface: load an artifact, run it, time it. One concrete class per runtime.
+
+A runtime instance lives inside a worker process (never in the CLI process). Its contract with the
+pipeline is **ONNX-shaped**: ``infer`` takes feeds keyed by the source ONNX model's input names in the
+ONNX layout and returns outputs keyed by the ONNX model's output names in the ONNX layout. Any mapping a
+converted format needs (renamed tensors, NCHW <-> NHWC) happens inside the runtime (usually from
+``artifact.meta``) and is described in ``details()``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time as _time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str = ""
+    hint: str | None = None
+
+
+def modules_present(*modules: str, hint: str) -> Availability:
+    """Availability from ``find_spec`` only: cheap, imports nothing."""
+    for m in modules:
+        if importlib.util.find_spec(m) is None:
+            return Availability(False, f"Python package '{m}' is not installed", hint)
+    return Availability(True)
+
+
+class Runtime(ABC):
+    #: the artifact format it runs ("onnx", "ort", "tflite", "tfjs")
+    input_format: ClassVar[str] = "onnx"
+    #: "cpu" | "gpu" | "software" (a GPU API on a software adapter) — may be refined after load
+    device: str = "cpu"
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        self.options = dict(options or {})
+
+    # -- facts ---------------------------------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def availability(cls) -> Availability:
+        """Whether it can run here. Must not import heavy packages (find_spec, file checks only)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Name and version of what ran, e.g. ``"onnxruntime 1.31.1 (CPUExecutionProvider)"``.
+
+        Called after ``load``."""
+
+    def backend_used(self) -> str | None:
+        """The backend / execution provider that actually ran, when the runtime can tell (after load)."""
+        return None
+
+    def backend_requested(self) -> str | None:
+        """The backend this target asked for; differs from ``backend_used`` → status ``fallback``."""
+        return None
+
+    def details(self) -> dict[str, Any]:
+        """Extra plain-JSON facts for the report (bundle used, layout mapping, threads, coverage...)."""
+        return {}
+
+    # -- work ----------------------------------------------------------------------------------------
+    @abstractmethod
+    def load(self, artifact: Artifact) -> None:
+        """Open the artifact. Raise LoadError (naming the op when known) or Unavailable."""
+
+    @abstractmethod
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One inference. Raise RunError on failure."""
+
+    def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
+        """Milliseconds per inference over ``runs`` runs after ``warmup`` runs.
+
+        Override to time closer to the runtime (prepared feeds, inside a page); the default times
+        ``infer``."""
+        for _ in range(warmup):
+            self.infer(feeds)
+        out = []
+        for _ in range(runs):
+            t0 = _time.perf_counter()
+            self.infer(feeds)
+            out.append((_time.perf_counter() - t0) * 1e3)
+        return out
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,184 @@
+"""LiteRT (ai-edge-litert, formerly TFLite) in this Python process: the mobile CPU runtime.
+
+Options: ``kernels``: ``xnnpack`` (default, what phones use) | ``builtin`` (optimized built-in kernels,
+no delegate) | ``reference`` (reference kernels); ``threads`` (default 4, a phone's big cores, capped to
+this machine's cores).
+
+The ``.tflite`` file speaks its own names and layouts; the converter recorded the mapping in
+``artifact.meta["tflite_io"]`` (see ``portability.converters.tflite_layout``). ``to_tflite`` and
+``from_tflite`` apply it — transposition, quantization of full-int8 inputs, dequantization of outputs —
+and are shared with the emulated ARM64 runtime. Runs use the tensor interface (some files have no
+signature), one interpreter call per batch the file accepts.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time as _time
+from typing import Any
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError
+from portability.runtimes.base import Availability, Runtime, modules_present
+
+KERNELS = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
+
+
+def default_threads() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def tflite_io(artifact: Artifact) -> dict:
+    io = artifact.meta.get("tflite_io")
+    if not io:
+        raise LoadError(f"{artifact.path.name}: no ONNX <-> TFLite tensor mapping in the artifact's metadata "
+                        "(was it produced by portability's TFLite converters?)")
+    return io
+
+
+def _quantize(x: np.ndarray, q: dict, dtype: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / q["scale"]) + q["zero_point"], info.min, info.max).astype(dtype)
+
+
+def to_tflite(io: dict, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX-layout feeds -> one array per interpreter input (order of ``io["inputs"]``)."""
+    arrays = []
+    for e in io["inputs"]:
+        x = np.asarray(feeds[e["onnx"]])
+        x = x.transpose(e["to_tflite"]) if e["to_tflite"] is not None else x.reshape([len(x)] + e["shape"][1:])
+        x = _quantize(x.astype(np.float32), e["quant"], e["dtype"]) if e["quant"] else x.astype(e["dtype"])
+        arrays.append(np.ascontiguousarray(x))
+    return arrays
+
+
+def from_tflite(io: dict, raw: list[np.ndarray], onnx_dtypes: dict[str, str]) -> dict[str, np.ndarray]:
+    """Interpreter outputs (order of ``io["outputs"]``) -> ONNX-layout outputs keyed by ONNX names."""
+    out = {}
+    for e, y in zip(io["outputs"], raw):
+        if e["quant"]:
+            y = (y.astype(np.float32) - e["quant"]["zero_point"]) * np.float32(e["quant"]["scale"])
+        y = y.transpose(e["to_onnx"]) if e["to_onnx"] is not None else y
+        out[e["onnx"]] = y.astype(onnx_dtypes.get(e["onnx"], y.dtype), copy=False)
+    return out
+
+
+def batches(io: dict, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Split along the batch axis when the file's batch size is fixed and the feeds' differs."""
+    fixed = [e["shape"][0] for e in io["inputs"] if e["shape"] and e["shape"][0] > 0]
+    n = len(arrays[0]) if arrays and arrays[0].ndim else 1
+    b = fixed[0] if fixed else n
+    if b == n or b <= 0 or n % b:
+        return [arrays]
+    return [[a[i:i + b] for a in arrays] for i in range(0, n, b)]
+
+
+def layout_details(io: dict) -> dict[str, Any]:
+    """The mapping, for the report: ONNX name -> TFLite tensor, shape and permutation."""
+    d: dict[str, Any] = {"resolved_by": io.get("resolved_by"), "signature": io.get("signature")}
+    for kind, key in (("inputs", "to_tflite"), ("outputs", "to_onnx")):
+        d[kind] = {e["onnx"]: {"tensor": e["tensor"], "shape": e["shape"], "dtype": e["dtype"], key: e[key]}
+                   for e in io[kind]}
+    return d
+
+
+def quant_details(io: dict) -> dict[str, Any]:
+    d = {}
+    inq = {e["onnx"]: e["quant"] for e in io["inputs"] if e["quant"]}
+    outq = {e["onnx"]: e["quant"] for e in io["outputs"] if e["quant"]}
+    if inq:
+        d["input_quant"] = inq
+    if outq:
+        d["output_quant"] = outq
+    return d
+
+
+def litert_error(e: Exception, cls=LoadError):
+    """A LiteRT exception as a typed error naming the unsupported op (``FlexErf``, custom ops)."""
+    msg = " ".join(ln.strip() for ln in str(e).splitlines() if ln.strip()) or type(e).__name__
+    m = re.search(r"\b(Flex\w+)", msg) or re.search(r"custom op:? '?(\w+)", msg) \
+        or re.search(r"Didn't find op for builtin opcode '(\w+)'", msg) or re.search(r"op '?(\w+)'? .*not supported", msg)
+    op = m.group(1) if m else None
+    if op and op.startswith("Flex"):
+        msg = f"{op} is a TensorFlow (Flex) op that LiteRT's built-in op set cannot run: {msg}"
+    return cls(msg[:600], op=op)
+
+
+class LiteRt(Runtime):
+    input_format = "tflite"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return modules_present("ai_edge_litert", hint="pip install ai-edge-litert")
+
+    def load(self, artifact: Artifact) -> None:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        self.io = tflite_io(artifact)
+        self.meta = artifact.meta
+        self.kernels = self.options.get("kernels", "xnnpack")
+        self.threads = int(self.options.get("threads") or default_threads())
+        if self.kernels not in KERNELS:
+            raise LoadError(f"unknown LiteRT kernels {self.kernels!r} (one of {', '.join(KERNELS)})")
+        try:
+            self.it = Interpreter(model_path=str(artifact.path), num_threads=self.threads,
+                                  experimental_op_resolver_type=getattr(OpResolverType, KERNELS[self.kernels]))
+            self.it.allocate_tensors()
+        except Exception as e:
+            raise litert_error(e) from None
+        self._dtypes = {t["name"]: t["dtype"] for t in self.meta.get("onnx_signature", {}).get("outputs", [])}
+        self._shape = {e["index"]: list(self.it.get_tensor(e["index"]).shape) for e in self.io["inputs"]}
+
+    def describe(self) -> str:
+        from importlib.metadata import version
+
+        return f"ai-edge-litert {version('ai-edge-litert')} ({self.kernels}, {self.threads} threads)"
+
+    def details(self) -> dict[str, Any]:
+        d = {"kernels": self.kernels, "threads": self.threads, "quant": self.meta.get("quant"),
+             "layout": layout_details(self.io), **quant_details(self.io)}
+        for k in ("calibration", "produced_by"):
+            if k in self.meta:
+                d[k] = self.meta[k]
+        return d
+
+    def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        it = self.it
+        resized = False
+        for e, x in zip(self.io["inputs"], arrays):
+            if self._shape[e["index"]] != list(x.shape):
+                it.resize_tensor_input(e["index"], list(x.shape))
+                self._shape[e["index"]] = list(x.shape)
+                resized = True
+        if resized:
+            it.allocate_tensors()
+        for e, x in zip(self.io["inputs"], arrays):
+            it.set_tensor(e["index"], x)
+        it.invoke()
+        return [it.get_tensor(e["index"]) for e in self.io["outputs"]]
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            parts = [self._run(b) for b in batches(self.io, to_tflite(self.io, feeds))]
+        except Exception as e:
+            raise litert_error(e, RunError) from None
+        raw = [np.concatenate(ys) if len(parts) > 1 else ys[0] for ys in zip(*parts)]
+        return from_tflite(self.io, raw, self._dtypes)
+
+    def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
+        """Per call: set the prepared inputs, invoke, read the outputs (what an app does per frame)."""
+        arrays = batches(self.io, to_tflite(self.io, feeds))[0]
+        run, clock = self._run, _time.perf_counter
+        for _ in range(warmup):
+            run(arrays)
+        out = []
+        for _ in range(runs):
+            t0 = clock()
+            run(arrays)
+            out.append((clock() - t0) * 1e3)
+        return out
+
+    def close(self) -> None:
+        self.it = None

@@ -1,0 +1,49 @@
+"""onnx.reference: the ONNX project's pure-Python evaluator of the spec (slow; a cross-check, not an oracle)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError
+from portability.runtimes.base import Availability, Runtime, modules_present
+
+
+class OnnxReference(Runtime):
+    @classmethod
+    def availability(cls) -> Availability:
+        return modules_present("onnx", hint="pip install onnx")
+
+    def load(self, artifact: Artifact) -> None:
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        self._version = onnx.__version__
+        model = onnx.load(str(artifact.path), load_external_data=True)
+        try:
+            self.session = ReferenceEvaluator(model)
+        except Exception as e:  # e.g. "No implementation for op X"
+            op = _op_from(str(e))
+            raise LoadError(f"onnx.reference cannot build the graph: {str(e).splitlines()[0]}", op=op) from None
+        self._out_names = [o.name for o in model.graph.output]
+
+    def describe(self) -> str:
+        return f"onnx.reference {self._version}"
+
+    def details(self) -> dict[str, Any]:
+        return {"caveat": "onnx.reference has known wrong kernels; a disagreement with ONNX Runtime does not say which side is right"}
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            outs = self.session.run(None, feeds)
+        except Exception as e:
+            raise RunError(f"onnx.reference failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}", op=_op_from(str(e))) from None
+        return {n: np.asarray(o) for n, o in zip(self._out_names, outs)}
+
+
+def _op_from(msg: str) -> str | None:
+    import re
+
+    m = re.search(r"(?:op_type|operator|op) ['\"]?(\w+)['\"]?", msg)
+    return m.group(1) if m else None

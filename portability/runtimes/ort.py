@@ -1,0 +1,117 @@
+"""ONNX Runtime in this Python process: CPU (with or without graph optimizations) and CUDA."""
+from __future__ import annotations
+
+import re
+import time as _time
+from typing import Any
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError, Unavailable
+from portability.runtimes.base import Availability, Runtime, modules_present
+
+_OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def ort_error(e: Exception, cls=RunError):
+    """An ORT exception as a typed error naming the op / node when the message does."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", msg)
+    op = node = None
+    m = re.search(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'", msg)
+    if m:
+        op, node = m.group(1), m.group(3)
+    else:
+        m = re.search(r"Node \(([^)]*)\) Op \((\w+)\)", msg) or re.search(r"node\. Name:'([^']*)' Status Message", msg)
+        if m:
+            node = m.group(1)
+            op = m.group(2) if m.re.groups >= 2 else None
+    return cls(msg, op=op, node=node)
+
+
+class OrtCpu(Runtime):
+    """Options: ``graph_optimization`` (disabled|basic|extended|all, default all), ``threads`` (0 = ORT's default)."""
+
+    provider = "CPUExecutionProvider"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return modules_present("onnxruntime", hint="pip install onnxruntime")
+
+    def load(self, artifact: Artifact) -> None:
+        import onnxruntime as ort
+
+        self._ort = ort
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[self.options.get("graph_optimization", "all")])
+        so.intra_op_num_threads = int(self.options.get("threads", 0))
+        so.log_severity_level = 3
+        self._check_provider(ort)
+        try:
+            self.session = ort.InferenceSession(str(artifact.path), sess_options=so, providers=[self.provider])
+        except Exception as e:
+            raise ort_error(e, LoadError) from None
+        self._out_names = [o.name for o in self.session.get_outputs()]
+
+    def _check_provider(self, ort) -> None:
+        if self.provider not in ort.get_available_providers():
+            raise Unavailable(f"onnxruntime {ort.__version__} has no {self.provider}", "pip install onnxruntime")
+
+    def describe(self) -> str:
+        return f"onnxruntime {self._ort.__version__}"
+
+    def backend_requested(self) -> str:
+        return self.provider
+
+    def backend_used(self) -> str:
+        return self.session.get_providers()[0]
+
+    def details(self) -> dict[str, Any]:
+        return {"providers": self.session.get_providers(), "graph_optimization": self.options.get("graph_optimization", "all")}
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            outs = self.session.run(self._out_names, feeds)
+        except Exception as e:
+            raise ort_error(e) from None
+        return dict(zip(self._out_names, outs))
+
+    def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
+        run, names, clock = self.session.run, self._out_names, _time.perf_counter
+        for _ in range(warmup):
+            run(names, feeds)
+        out = []
+        for _ in range(runs):
+            t0 = clock()
+            run(names, feeds)
+            out.append((clock() - t0) * 1e3)
+        return out
+
+    def close(self) -> None:
+        self.session = None
+
+
+class OrtCuda(OrtCpu):
+    provider = "CUDAExecutionProvider"
+    device = "gpu"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        a = modules_present("onnxruntime", hint="pip install onnxruntime-gpu")
+        if not a.ok:
+            return a
+        import glob
+
+        if not (glob.glob("/dev/nvidia[0-9]*") or glob.glob("/proc/driver/nvidia")):
+            return Availability(False, "no NVIDIA GPU on this machine", "run on a machine with a CUDA GPU and `pip install onnxruntime-gpu`")
+        return Availability(True)
+
+    def _check_provider(self, ort) -> None:
+        if self.provider not in ort.get_available_providers():
+            raise Unavailable(f"onnxruntime {ort.__version__} was built without the CUDA execution provider",
+                              "pip uninstall -y onnxruntime && pip install onnxruntime-gpu")
+
+    def load(self, artifact: Artifact) -> None:
+        super().load(artifact)
+        # ORT falls back to CPU silently when the CUDA libraries fail to load; backend_used() tells.

@@ -1,0 +1,135 @@
+"""OrtWeb: onnxruntime-web in headless Chromium, one execution provider per page.
+
+Options: ``ep`` (wasm | webgl | webgpu), ``threads`` (wasm threads; >1 needs cross-origin isolation,
+without it ORT silently runs one thread, reported as a fallback), ``bundle`` (the dist file the page
+imports; each EP has its own and they differ in behaviour, so the one used is named in the report).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, TargetError, Unavailable
+from portability.runtimes.web import WebRuntime
+
+BUNDLES = {"wasm": "ort.wasm.min.mjs", "webgl": "ort.webgl.min.mjs", "webgpu": "ort.webgpu.min.mjs"}
+#: ORT's provider names (in its node placement log) -> the ep names of onnxruntime-web
+_PROVIDERS = {"CPUExecutionProvider": "wasm", "WebGpuExecutionProvider": "webgpu", "JsExecutionProvider": "webgpu"}
+
+# ORT-web messages that name the failing op, most specific first
+_OP_PATTERNS = (
+    re.compile(r"Could not find an implementation for (?P<op>\w+)\(\d+\) node with name '(?P<node>[^']*)'"),
+    re.compile(r"[Uu]nrecognized operator '(?P<op>\w+)'"),
+    re.compile(r"cannot resolve operator '(?P<op>\w+)' with opsets"),
+    re.compile(r"no kernel .*? for (?:op|operator) '?(?P<op>\w+)'?", re.I),
+    re.compile(r"Node \((?P<node>[^)]*)\) Op \((?P<op>\w+)\)"),
+    re.compile(r"[Oo]perator '?(?P<op>\w+)'? (?:is )?not (?:supported|implemented)"),
+)
+_ORT_LOG = re.compile(r"\[[VI]:onnxruntime:")
+_PLACED = re.compile(r"placed on \[(\w+)\]\. Number of nodes: (\d+)")
+
+
+def _warm_model() -> bytes:
+    """A one-node Identity model: creating it initialises the runtime (wasm compile, GPU device)."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "warm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return m.SerializeToString()
+
+
+def op_from_message(message: str) -> tuple[str | None, str | None]:
+    for pat in _OP_PATTERNS:
+        m = pat.search(message)
+        if m:
+            d = m.groupdict()
+            return d.get("op"), d.get("node")
+    return None, None
+
+
+class OrtWeb(WebRuntime):
+    engine = "ort"
+    packages: ClassVar[tuple[str, ...]] = ("onnxruntime-web",)
+    placement: dict[str, int] | None = None
+
+    @property
+    def ep(self) -> str:
+        return self.options.get("ep", "wasm")
+
+    @property
+    def threads(self) -> int:
+        return int(self.options.get("threads", 1))
+
+    @property
+    def bundle(self) -> str:
+        return self.options.get("bundle") or BUNDLES[self.ep]
+
+    def uses_webgpu(self) -> bool:
+        return self.ep == "webgpu"
+
+    def page_config(self, artifact: Artifact) -> dict[str, Any]:
+        return {"bundle": self.bundle, "ep": self.ep, "threads": self.threads,
+                "warmModel": self._server.put_blob("warm.onnx", _warm_model())}
+
+    def keep_console(self, kind: str, text: str) -> bool:
+        # the session is created with verbose logging for its node placement; drop the rest of it
+        return "placed on [" in text or not _ORT_LOG.search(text)
+
+    def after_load(self) -> None:
+        device = self._info.get("device")
+        if device:
+            self.device = device["device"]
+        self.placement = _placement(t for _, t in self._browser.console)
+
+    def describe(self) -> str:
+        return f"onnxruntime-web {self._info.get('version') or '?'} ({self.bundle}, {self.ep})"
+
+    def backend_requested(self) -> str:
+        return _backend(self.ep, self.threads)
+
+    def backend_used(self) -> str | None:
+        if not self._info:
+            return None
+        threads = int(self._info.get("threads") or 1)
+        if threads > 1 and not self._info.get("crossOriginIsolated"):
+            threads = 1  # ORT warns on the console and runs one thread
+        return _backend(self._ep_used(), threads)
+
+    def _ep_used(self) -> str:
+        """The requested EP when it ran at least one node (ORT keeps shape ops on the CPU by design),
+        else the one that ran most (the whole model fell back)."""
+        if not self.placement:
+            return self._info.get("ep") or self.ep
+        ran = {_PROVIDERS.get(p, p): n for p, n in self.placement.items()}
+        return self.ep if ran.get(self.ep) else max(ran, key=ran.get)
+
+    def details(self) -> dict[str, Any]:
+        d = {**super().details(), "threads_requested": self.threads}
+        if self.placement:
+            d["node_placement"] = dict(self.placement)
+        return d
+
+    def op_error(self, message: str, cls: type[TargetError]) -> TargetError:
+        if re.search(r"no available backend found|Failed to get GPU adapter|WebGPU is not supported|"
+                     r"WebGL is not supported|cannot create WebGL", message, re.I):
+            return Unavailable(f"{self.ep} is not usable in this Chromium: {message}",
+                               "a GPU or a software adapter (SwiftShader) for the browser")
+        op, node = op_from_message(message)
+        return cls(message, op=op, node=node)
+
+
+def _placement(lines) -> dict[str, int] | None:
+    """ORT's "Node placements" log lines -> {execution provider: number of nodes}."""
+    out: dict[str, int] = {}
+    for line in lines:
+        m = _PLACED.search(line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0) + int(m.group(2))
+    return out or None
+
+
+def _backend(ep: str, threads: int) -> str:
+    return f"{ep} ({threads} threads)" if threads > 1 else ep

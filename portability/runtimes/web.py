@@ -1,0 +1,181 @@
+"""WebRuntime: the shared base of the in-browser runtimes (onnxruntime-web, TF.js, LiteRT.js).
+
+One instance owns one loopback HTTP server and one headless Chromium with one page. The page fetches
+the model itself from the server; feeds and outputs travel as single binary blobs over the same server
+(GET / PUT), so the driver protocol only carries small JSON. Every duration is measured in the page.
+
+Subclasses say which engine module the page loads (``engine``), which npm packages it needs, the
+page configuration (``page_config``), how the ONNX-shaped feeds/outputs map to the artifact's
+tensors (``to_page`` / ``from_page``), and how the engine's error messages name ops (``op_error``).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import time as _time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError, TargetError
+from portability.runtimes.base import Availability, Runtime
+
+log = logging.getLogger(__name__)
+
+#: numpy dtype name <-> the harness's dtype names (io.mjs ARRAYS); bool travels as uint8 bytes
+PAGE_DTYPES = {"float32", "float64", "float16", "int8", "int16", "int32", "int64",
+               "uint8", "uint16", "uint32", "uint64", "bool"}
+
+
+class WebRuntime(Runtime):
+    engine: ClassVar[str]
+    packages: ClassVar[tuple[str, ...]] = ()
+    device = "cpu"
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        super().__init__(options)
+        self._server = None
+        self._browser = None
+        self._info: dict[str, Any] = {}
+        self._timings: dict[str, float] = {}
+        self._ids = itertools.count()
+        self._user_agent = ""
+        self.served_model_bytes = 0
+
+    # -- what subclasses provide ---------------------------------------------------------------------
+    @classmethod
+    def availability(cls) -> Availability:
+        from portability.web.paths import web_availability
+
+        return web_availability(*cls.packages)
+
+    def uses_webgpu(self) -> bool:
+        return False
+
+    def page_config(self, artifact: Artifact) -> dict[str, Any]:
+        """Engine-specific page configuration (merged into the ``harness.setup`` argument)."""
+        return {}
+
+    def to_page(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """ONNX-named, ONNX-layout feeds -> the artifact's names, layout and dtypes."""
+        return feeds
+
+    def from_page(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The artifact's outputs -> ONNX names and layout."""
+        return outputs
+
+    def keep_console(self, kind: str, text: str) -> bool:
+        """Which console lines to keep (for error messages and facts the engine prints there)."""
+        return True
+
+    def op_error(self, message: str, cls: type[TargetError]) -> TargetError:
+        """A typed error from an engine message; subclasses find the op / node in it."""
+        return cls(message)
+
+    # -- the run -------------------------------------------------------------------------------------
+    def load(self, artifact: Artifact) -> None:
+        from portability.web.browser import Browser
+        from portability.web.paths import HARNESS_DIR, modules_dir
+        from portability.web.server import HarnessServer
+
+        t0 = _time.perf_counter()
+        try:
+            self._server = HarnessServer(HARNESS_DIR, modules_dir(), isolated=self.options.get("isolated", True)).start()
+            model_url = self._server.serve_artifact(artifact.folder) + artifact.path.name
+            cfg = {"engine": self.engine, "modules": self._server.base + "m/", "model": model_url, **self.page_config(artifact)}
+            self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console).start()
+            self._browser.new_page(self._server.base + "h/index.html")
+            self._browser.page.wait_for_function("() => window.harness !== undefined")
+            self._user_agent = self._browser.call("() => navigator.userAgent")
+            res = self._browser.call("cfg => harness.setup(cfg)", cfg)
+        except BaseException:
+            self.close()
+            raise
+        self._info = res.get("info") or {}
+        self.served_model_bytes = self._server.served.get("a/" + artifact.path.name, 0)
+        if not res["ok"]:
+            msg = self._message(res)
+            self.close()
+            raise self.op_error(msg, LoadError if res["stage"] == "session" else RunError)
+        self._timings = {**res["timings"], "load": (_time.perf_counter() - t0) * 1e3}
+        self.after_load()
+
+    def after_load(self) -> None:
+        """Check facts the page reported (backend, threads); raise Unavailable when the host lacks it."""
+
+    def load_timings(self) -> dict[str, float]:
+        """``load`` (everything: server, browser, page, runtime, model), ``init`` (runtime init in the
+        page) and ``session`` (model fetch + session / graph creation in the page), in ms."""
+        return dict(self._timings)
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        spec = self._put(self.to_page(feeds))
+        out_name = f"out-{next(self._ids)}"
+        res = self._call("s => harness.infer(s)", {"feeds": spec, "out": self._server.base + "io/" + out_name})
+        self._info = res.get("info") or self._info
+        return self.from_page(_unpack(res["outputs"], self._server.take_blob(out_name)))
+
+    def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
+        spec = self._put(self.to_page(feeds))
+        res = self._call("s => harness.time(s)", {"feeds": spec, "warmup": int(warmup), "runs": int(runs)})
+        return [float(x) for x in res["ms"]]
+
+    def details(self) -> dict[str, Any]:
+        keep = {k: v for k, v in self._info.items() if v is not None and k not in ("inputs", "outputs")}
+        m = re.search(r"Chrome/([\d.]+)", self._user_agent)
+        if m:
+            keep["browser"] = f"Chromium {m.group(1)} (headless)"
+        keep["model_fetched_bytes"] = self.served_model_bytes
+        return keep
+
+    def close(self) -> None:
+        browser, self._browser = self._browser, None
+        server, self._server = self._server, None
+        try:
+            if browser is not None:
+                browser.close()
+        finally:
+            if server is not None:
+                server.close()
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def _put(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+        tensors, chunks, offset = [], [], 0
+        for name, a in feeds.items():
+            a = np.ascontiguousarray(a)
+            if a.dtype.name not in PAGE_DTYPES:
+                raise RunError(f"input '{name}': dtype {a.dtype} cannot be sent to the page")
+            b = a.tobytes()
+            tensors.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape), "offset": offset, "nbytes": len(b)})
+            chunks.append(b)
+            offset += len(b)
+        url = self._server.put_blob(f"in-{next(self._ids)}", b"".join(chunks))
+        return {"url": url, "tensors": tensors}
+
+    def _call(self, expression: str, arg: Any) -> dict[str, Any]:
+        if self._browser is None:
+            raise RunError("the web runtime is not loaded")
+        res = self._browser.call(expression, arg)
+        if not res["ok"]:
+            raise self.op_error(self._message(res), RunError)
+        return res
+
+    def _message(self, res: dict[str, Any]) -> str:
+        msg = " ".join(str(res.get("error") or "").split())
+        if not msg:
+            errors = self._browser.console_text() if self._browser else []
+            msg = errors[-1] if errors else "unknown error in the page"
+        return f"{res.get('stage', 'page')}: {msg[:2000]}"
+
+
+def _unpack(descs: list[dict[str, Any]], data: bytes) -> dict[str, np.ndarray]:
+    out = {}
+    for d in descs:
+        dtype = np.uint8 if d["dtype"] == "bool" else np.dtype(d["dtype"])
+        a = np.frombuffer(data, dtype=dtype, count=d["nbytes"] // np.dtype(dtype).itemsize, offset=d["offset"])
+        a = a.reshape(d["shape"]).copy()
+        out[d["name"]] = a.astype(bool) if d["dtype"] == "bool" else a
+    return out
+

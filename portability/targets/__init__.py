@@ -1,0 +1,67 @@
+"""The target registry: every target id, grouped by platform, and `--targets` expansion.
+
+Adding a target is one entry in its platform's module (``server.py``, ``web.py``, ``mobile.py``).
+"""
+from __future__ import annotations
+
+import os
+
+from portability.core.errors import UsageError
+from portability.targets.base import Target, load_class
+
+PLATFORMS = ("server", "web", "mobile")
+REFERENCE = "server/ort-cpu"
+
+
+def registry() -> dict[str, Target]:
+    from portability.targets import server
+
+    modules = [server]
+    try:  # platforms land one at a time; a missing module is simply not registered
+        from portability.targets import web
+
+        modules.append(web)
+    except ImportError:
+        pass
+    try:
+        from portability.targets import mobile
+
+        modules.append(mobile)
+    except ImportError:
+        pass
+    if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":
+        from portability.targets import testing
+
+        modules.append(testing)
+    return {t.id: t for m in modules for t in m.TARGETS}
+
+
+def expand(spec: str, reg: dict[str, Target] | None = None) -> list[Target]:
+    """``"web,mobile/tflite-fp32"`` -> targets. A platform name means all its targets; ``all`` every one.
+
+    Unavailable targets stay in the list: they are reported ``skipped`` with the reason, never dropped.
+    The reference target is always first.
+    """
+    reg = reg or registry()
+    chosen: list[str] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if part == "all":
+            ids = [i for i in reg if i.split("/")[0] in PLATFORMS]
+        elif "/" not in part:
+            ids = [i for i in reg if i.split("/")[0] == part]
+            if not ids:
+                raise UsageError(f"unknown platform '{part}' (known: {', '.join(sorted({i.split('/')[0] for i in reg}))}, all)")
+        elif part in reg:
+            ids = [part]
+        else:
+            near = [i for i in reg if i.split("/")[0] == part.split("/")[0]]
+            raise UsageError(f"unknown target '{part}'" + (f" (known: {', '.join(near)})" if near else ""))
+        chosen += [i for i in ids if i not in chosen]
+    if REFERENCE in chosen:
+        chosen.remove(REFERENCE)
+    return [reg[REFERENCE]] + [reg[i] for i in chosen]
+
+
+__all__ = ["Target", "load_class", "registry", "expand", "REFERENCE", "PLATFORMS"]

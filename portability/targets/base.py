@@ -1,0 +1,62 @@
+"""Target: data, not code. An id, a chain of converters, a runtime, options and thresholds."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to check.
+
+    ``runtime`` and each converter are ``"module:Class"`` strings, imported only in the worker.
+    ``converters`` is the chain from the source ONNX model to the artifact the runtime opens, each step
+    ``(class path, options)``. ``thresholds`` override the defaults for this target (e.g. fp16 and int8
+    variants are held to looser numeric bounds). ``run_timeout_s`` overrides the default run time limit
+    (the slow ``onnx.reference`` evaluator has its own).
+    """
+
+    id: str
+    runtime: str
+    converters: tuple[tuple[str, dict[str, Any]], ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    gating: bool = True
+    thresholds: dict[str, float | None] = field(default_factory=dict)
+    run_timeout_s: float | None = None
+    description: str = ""
+
+    @property
+    def platform(self) -> str:
+        return self.id.split("/", 1)[0]
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "runtime": self.runtime,
+            "converters": [[c, o] for c, o in self.converters],
+            "options": self.options,
+            "gating": self.gating,
+            "thresholds": self.thresholds,
+            "run_timeout_s": self.run_timeout_s,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Target":
+        return cls(
+            id=d["id"],
+            runtime=d["runtime"],
+            converters=tuple((c, dict(o)) for c, o in d.get("converters", [])),
+            options=dict(d.get("options") or {}),
+            gating=bool(d.get("gating", True)),
+            thresholds=dict(d.get("thresholds") or {}),
+            run_timeout_s=d.get("run_timeout_s"),
+            description=d.get("description", ""),
+        )
+
+
+def load_class(path: str):
+    """``"package.module:Class"`` -> the class (imports the module)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,35 @@
+"""Server targets: ONNX Runtime and the ONNX reference evaluator, on the (snapshotted) ONNX model."""
+from portability.targets.base import Target
+
+SNAPSHOT = ("portability.converters.onnx_snapshot:OnnxFromOnnx", {})
+
+TARGETS = [
+    Target(
+        id="server/ort-cpu",
+        runtime="portability.runtimes.ort:OrtCpu",
+        converters=(SNAPSHOT,),
+        description="ONNX Runtime, CPU execution provider, all graph optimizations (the reference)",
+    ),
+    Target(
+        id="server/ort-cpu-noopt",
+        runtime="portability.runtimes.ort:OrtCpu",
+        converters=(SNAPSHOT,),
+        options={"graph_optimization": "disabled"},
+        description="ONNX Runtime, CPU, graph optimizations disabled (catches optimizer bugs)",
+    ),
+    Target(
+        id="server/onnx-reference",
+        runtime="portability.runtimes.onnx_reference:OnnxReference",
+        converters=(SNAPSHOT,),
+        gating=False,
+        run_timeout_s=600,
+        description="onnx.reference evaluator: an independent, slow implementation of the spec "
+        "(a cross-check: it has known wrong kernels)",
+    ),
+    Target(
+        id="server/ort-cuda",
+        runtime="portability.runtimes.ort:OrtCuda",
+        converters=(SNAPSHOT,),
+        description="ONNX Runtime, CUDA execution provider (needs onnxruntime-gpu and a CUDA GPU)",
+    ),
+]

@@ -1,0 +1,16 @@
+"""Targets that misbehave on purpose, for the test suite (enabled by PORTABILITY_TEST_TARGETS=1)."""
+from portability.targets.base import Target
+from portability.targets.server import SNAPSHOT
+
+TARGETS = [
+    Target(id="test/abort", runtime="portability.runtimes.testing:Abort", converters=(SNAPSHOT,),
+           description="aborts its worker (SIGABRT) on the first inference"),
+    Target(id="test/hang", runtime="portability.runtimes.testing:Hang", converters=(SNAPSHOT,),
+           run_timeout_s=3, description="hangs in the first inference"),
+    Target(id="test/hog", runtime="portability.runtimes.testing:Hog", converters=(SNAPSHOT,),
+           description="allocates memory until stopped"),
+    Target(id="test/noisy", runtime="portability.runtimes.testing:Noisy", converters=(SNAPSHOT,),
+           description="ORT CPU plus noise on every output (a wrong model)"),
+    Target(id="test/fallback", runtime="portability.runtimes.testing:Fallback", converters=(SNAPSHOT,),
+           description="asks for one backend, reports another"),
+]

@@ -1,0 +1,84 @@
+// The page side of a web run. Python drives it through page.evaluate("harness.<step>(arg)");
+// every step resolves to {ok: true, ...} or {ok: false, stage, error} (never a rejected promise),
+// and every duration is measured here with performance.now().
+import {fetchTensors, putTensors} from './io.mjs';
+
+const ENGINES = {ort: './ort.mjs', tfjs: './tfjs.mjs', litert: './litert.mjs'};
+let engine = null;
+let prepared = null;
+
+function failure(stage, e, info) {
+  const error = (e && (e.message || String(e))) || 'unknown error';
+  return {ok: false, stage, error, stack: e && e.stack ? String(e.stack).slice(0, 2000) : null, info};
+}
+
+async function guard(stage, fn) {
+  try {
+    return {ok: true, ...(await fn())};
+  } catch (e) {
+    return failure(stage, e, engine ? engine.info() : null);
+  }
+}
+
+async function setup(cfg) {
+  let stage = 'init';
+  try {
+    const {create} = await import(ENGINES[cfg.engine]);
+    const t0 = performance.now();
+    engine = await create(cfg);
+    const t1 = performance.now();
+    stage = 'session';
+    await engine.load(cfg.model);
+    const t2 = performance.now();
+    return {ok: true, timings: {init: t1 - t0, session: t2 - t1}, info: engine.info()};
+  } catch (e) {
+    return failure(stage, e, engine ? engine.info() : null);
+  }
+}
+
+async function infer(spec) {
+  return guard('run', async () => {
+    const feeds = await fetchTensors(spec.feeds);
+    const inputs = engine.prepare(feeds);
+    try {
+      const t0 = performance.now();
+      const outputs = await engine.run(inputs);
+      const ms = performance.now() - t0;
+      return {ms, outputs: await putTensors(spec.out, outputs), info: engine.info()};
+    } finally {
+      engine.release(inputs);
+    }
+  });
+}
+
+// Steady state: the feeds are fetched and prepared once, then each run is timed alone
+// (including reading the outputs back to the CPU, as an application would).
+async function time(spec) {
+  return guard('time', async () => {
+    const feeds = await fetchTensors(spec.feeds);
+    prepared = engine.prepare(feeds);
+    try {
+      for (let i = 0; i < spec.warmup; i++) await engine.step(prepared);
+      const ms = [];
+      for (let i = 0; i < spec.runs; i++) {
+        const t0 = performance.now();
+        await engine.step(prepared);
+        ms.push(performance.now() - t0);
+      }
+      return {ms, info: engine.info()};
+    } finally {
+      engine.release(prepared);
+      prepared = null;
+    }
+  });
+}
+
+async function close() {
+  return guard('close', async () => {
+    if (engine && engine.close) await engine.close();
+    engine = null;
+    return {};
+  });
+}
+
+window.harness = {setup, infer, time, close, isolated: () => self.crossOriginIsolated === true};

@@ -1,0 +1,71 @@
+// onnxruntime-web: one bundle and exactly one execution provider per page (given a list, ORT falls
+// through it silently). The wasm module initialises once per page, so numThreads and wasmPaths are
+// set before the first session.
+import {webglRenderer, webgpuAdapter} from './device.mjs';
+
+export async function create(cfg) {
+  const dist = cfg.modules + 'onnxruntime-web/dist/';
+  const ort = await import(dist + cfg.bundle);
+  ort.env.wasm.wasmPaths = dist;
+  ort.env.wasm.numThreads = cfg.threads;
+  ort.env.wasm.proxy = false;
+  ort.env.logLevel = 'warning';
+  const options = {executionProviders: [cfg.ep], graphOptimizationLevel: 'all', logSeverityLevel: 2};
+  const runOptions = {logSeverityLevel: 2};
+  // Initialise the runtime (wasm compile, GPU device) on a trivial model, so that "init" and
+  // "session" are measured apart.
+  const warm = await ort.InferenceSession.create(cfg.warmModel, options);
+  await warm.release();
+  let session = null;
+  let device = null;
+  if (cfg.ep === 'webgpu') device = await webgpuAdapter(ort.env.webgpu && ort.env.webgpu.adapter);
+  if (cfg.ep === 'webgl') device = webglRenderer();
+
+  const info = () => ({
+    runtime: 'onnxruntime-web',
+    version: ort.env.versions ? ort.env.versions.web : null,
+    bundle: cfg.bundle,
+    ep: cfg.ep,
+    threads: ort.env.wasm.numThreads,
+    simd: ort.env.wasm.simd,
+    crossOriginIsolated: self.crossOriginIsolated === true,
+    device,
+    inputs: session ? session.inputNames : null,
+    outputs: session ? session.outputNames : null,
+  });
+
+  const toOrt = (t) => new ort.Tensor(t.dtype, t.data, t.shape);
+  const fromOrt = (t) => ({dtype: t.type, shape: t.dims, data: t.data});
+
+  return {
+    info,
+    async load(url) {
+      // verbose session logging: the wasm core then prints where each node went ("Node placements")
+      // on the console, where the driver reads it (the module holds its own console reference).
+      session = await ort.InferenceSession.create(url, {...options, logSeverityLevel: 0, logVerbosityLevel: 0});
+    },
+    prepare(feeds) {
+      const out = {};
+      for (const [name, t] of Object.entries(feeds)) out[name] = toOrt(t);
+      return out;
+    },
+    async run(feeds) {
+      const res = await session.run(feeds, runOptions);
+      const out = {};
+      for (const name of session.outputNames) out[name] = fromOrt(res[name]);
+      return out;
+    },
+    async step(feeds) {
+      const res = await session.run(feeds, runOptions);
+      for (const t of Object.values(res)) if (t.location !== 'cpu' && t.dispose) t.dispose();
+    },
+    release(feeds) {
+      for (const t of Object.values(feeds)) if (t.dispose) t.dispose();
+    },
+    async close() {
+      if (session) await session.release();
+      session = null;
+    },
+  };
+}
+

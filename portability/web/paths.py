@@ -1,0 +1,61 @@
+"""Where the web platform's pieces are: the harness (package data), the npm packages, Chromium.
+
+Checks here are file checks only, so ``availability()`` stays cheap.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from portability.runtimes.base import Availability
+
+CHROMIUM = "/usr/bin/chromium"
+HARNESS_DIR = Path(__file__).resolve().parent / "harness"
+#: <repo>/platforms/web: where ``npm ci`` puts node_modules in a source checkout
+PLATFORM_DIR = Path(__file__).resolve().parents[2] / "platforms" / "web"
+NPM_FIX = "scripts/setup.sh  (or: cd platforms/web && npm ci)"
+
+#: npm package -> a file that must exist in it (a partial install is a missing one)
+PACKAGES = {
+    "onnxruntime-web": "dist/ort.wasm.min.mjs",
+    "@tensorflow/tfjs": "dist/tf.min.js",
+    "@tensorflow/tfjs-backend-wasm": "dist/tf-backend-wasm.min.js",
+    "@tensorflow/tfjs-backend-webgpu": "dist/tf-backend-webgpu.min.js",
+    "@litertjs/core": "dist/index.js",
+    "@litertjs/wasm-utils": "dist/index.js",
+}
+
+
+def modules_dir() -> Path:
+    """``$PORTABILITY_WEB_MODULES`` or ``<repo>/platforms/web/node_modules``."""
+    env = os.environ.get("PORTABILITY_WEB_MODULES")
+    return Path(env) if env else PLATFORM_DIR / "node_modules"
+
+
+def chromium_path() -> str:
+    return os.environ.get("PORTABILITY_CHROMIUM", CHROMIUM)
+
+
+def package_version(package: str) -> str:
+    import json
+
+    try:
+        return json.loads((modules_dir() / package / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return "absent"
+
+
+def web_availability(*packages: str) -> Availability:
+    """Chromium, the Python playwright driver and the named npm packages, by file checks only."""
+    if not os.access(chromium_path(), os.X_OK):
+        return Availability(False, f"Chromium not found at {chromium_path()}", "apt-get install -y chromium")
+    if importlib.util.find_spec("playwright") is None:
+        return Availability(False, "Python package 'playwright' is not installed",
+                            "pip install playwright  (no `playwright install`: the Debian chromium is used)")
+    mods = modules_dir()
+    for pkg in packages:
+        if not (mods / pkg / PACKAGES[pkg]).is_file():
+            where = "PORTABILITY_WEB_MODULES" if os.environ.get("PORTABILITY_WEB_MODULES") else "platforms/web"
+            return Availability(False, f"npm package '{pkg}' is not installed in {mods} ({where})", NPM_FIX)
+    return Availability(True)

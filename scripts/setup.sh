@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Idempotent setup: Debian packages, the pinned Python stack, the web harness's npm packages,
+# and `portability` itself (editable). Safe to run again; it skips what is already in place.
+#
+#   scripts/setup.sh            everything (server, web, mobile)
+#   PORTABILITY_SETUP_SKIP=apt,npm scripts/setup.sh   skip parts
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+skip="${PORTABILITY_SETUP_SKIP:-}"
+want() { [[ ",$skip," != *",$1,"* ]]; }
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+
+PY="${PYTHON:-python3}"
+STAMP_DIR=".setup-stamps"; mkdir -p "$STAMP_DIR"
+
+# --- Debian packages: Chromium (web targets), qemu + debootstrap (ARM64 emulation) ---------------
+if want apt; then
+  need=()
+  for p in chromium qemu-user-static debootstrap; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    say "apt-get install ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+fi
+
+# --- Python: torch first (the local CPU build), then the pinned set, then the --no-deps set ------
+pyreq_hash=$(sha256sum requirements/*.txt pyproject.toml | sha256sum | cut -c1-16)
+if want pip && [ ! -f "$STAMP_DIR/pip-$pyreq_hash" ]; then
+  say "pip install (pinned stack, a few minutes the first time)"
+  $PY -m pip install -q torch==2.13.0
+  $PY -m pip install -q -r requirements/main.txt
+  $PY -m pip install -q --no-deps -r requirements/nodeps.txt
+  $PY -m pip install -q --no-deps -e .
+  rm -f "$STAMP_DIR"/pip-*; touch "$STAMP_DIR/pip-$pyreq_hash"
+fi
+
+# --- npm: the web harness's pinned packages ----------------------------------------------------
+if want npm && [ -f platforms/web/package-lock.json ]; then
+  lock_hash=$(sha256sum platforms/web/package-lock.json | cut -c1-16)
+  if [ ! -f "$STAMP_DIR/npm-$lock_hash" ] || [ ! -d platforms/web/node_modules ]; then
+    say "npm ci (platforms/web)"
+    (cd platforms/web && npm ci --no-audit --no-fund --loglevel=error)
+    rm -f "$STAMP_DIR"/npm-*; touch "$STAMP_DIR/npm-$lock_hash"
+  fi
+fi
+say "ready"
