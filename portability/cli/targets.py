@@ -13,11 +13,11 @@ def targets(
     from rich.console import Console
     from rich.table import Table
 
-    from portability.targets import load_class, registry
+    from portability.targets import availability, registry
 
     rows = []
     for t in registry().values():
-        a = load_class(t.runtime).availability()
+        a = availability(t)
         rows.append({"id": t.id, "available": a.ok, "gating": t.gating, "reason": a.reason or None,
                      "hint": a.hint if not a.ok else None, "description": t.description})
     if json_out:

@@ -58,10 +58,17 @@ def cache_key(src: Artifact, conv: Converter, options: dict[str, Any], ctx: Conv
 class Cache:
     """``use=False`` (``--no-cache``) converts into a private temporary folder and keeps nothing."""
 
-    def __init__(self, root: Path | None = None, use: bool = True):
+    def __init__(self, root: Path | None = None, use: bool = True, scratch_parent: Path | None = None):
         self.root = Path(root) if root else default_root()
         self.use = use
         self._scratch: Path | None = None
+        self._scratch_parent = scratch_parent
+
+    def close(self) -> None:
+        """Remove the private folder of a ``use=False`` cache."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext) -> tuple[Artifact, bool]:
         """The converted artifact and whether it came from the cache."""
@@ -78,7 +85,7 @@ class Cache:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         else:
             if self._scratch is None:
-                self._scratch = Path(tempfile.mkdtemp(prefix="portability-nocache-"))
+                self._scratch = Path(tempfile.mkdtemp(prefix="portability-nocache-", dir=self._scratch_parent))
             entry = self._scratch / key
             tmp = self._scratch / f".{key}.tmp"
             tmp.mkdir(parents=True, exist_ok=True)

@@ -137,6 +137,9 @@ def _fmt(shape) -> str:
 def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise BadInput(f"{what} file not found: {path}")
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":
+            raise BadInput(f"{path} is not a readable .npz file (not a zip archive; save it with numpy.savez)")
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}

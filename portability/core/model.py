@@ -185,6 +185,10 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     if model.ir_version == 0 or not model.HasField("graph"):
         raise BadModel(f"{p} is not an ONNX model (no IR version or no graph)")
     files = _check_external_ranges(model, p.parent)
+    latest = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and not 1 <= o.version <= latest:
+            raise BadModel(f"unknown ONNX opset {o.version} (this onnx {onnx.__version__} knows 1..{latest})")
 
     warnings: list[str] = []
     try:

@@ -24,7 +24,7 @@ from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
 from portability.metrics.latency import summarize
 from portability.report.schema import Report, TargetResult
-from portability.targets import REFERENCE, Target, expand, load_class, registry
+from portability.targets import REFERENCE, Target, availability, expand, registry
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class _Run:
         if skip_reason:
             res = TargetResult(status="skipped", error=skip_reason, **base)
         else:
-            avail = load_class(target.runtime).availability()
+            avail = availability(target)
             if not avail.ok:
                 res = TargetResult(status="skipped", error=avail.reason, hint=avail.hint, **base)
             else:

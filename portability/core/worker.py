@@ -40,12 +40,14 @@ def run_job(job: dict, events: _Events) -> dict:
     result: dict = {"status": "ok", "error": None, "conversions": [], "details": {}}
     phase = "convert"
     runtime = None
+    cache = None
     try:
         feeds = load_feeds(Path(job["feeds"]), in_names)
         samples = {k: v.reshape((-1,) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
         ctx = ConvertContext(calibration=samples, calibration_source=job.get("feeds_source"),
                              timeout_s=job.get("convert_timeout_s"))
-        cache = Cache(Path(job["cache_dir"]) if job.get("cache_dir") else None, use=job.get("use_cache", True))
+        cache = Cache(Path(job["cache_dir"]) if job.get("cache_dir") else None, use=job.get("use_cache", True),
+                      scratch_parent=Path.cwd())  # the run's folder: removed by the parent even if we are killed
         art = Artifact.from_dict(job["source"])
         for conv_path, options in target.converters:
             conv = load_class(conv_path)()
@@ -122,6 +124,8 @@ def run_job(job: dict, events: _Events) -> dict:
                 runtime.close()
             except Exception:
                 traceback.print_exc()
+        if cache is not None:
+            cache.close()
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ruc = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     result["peak_rss_mb"] = round(max(ru, ruc), 1)

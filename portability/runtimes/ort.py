@@ -18,6 +18,8 @@ def ort_error(e: Exception, cls=RunError):
     """An ORT exception as a typed error naming the op / node when the message does."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", msg)
+    msg = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\) (?=[A-Z])", "", msg)  # C++ source location and signature
+    msg = re.sub(r"^Load model from \S+ failed:", "Load model failed: ", msg)
     op = node = None
     m = re.search(r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'", msg)
     if m:

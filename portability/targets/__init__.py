@@ -36,6 +36,16 @@ def registry() -> dict[str, Target]:
     return {t.id: t for m in modules for t in m.TARGETS}
 
 
+def availability(target: Target):
+    """The target runtime's own availability check; a runtime module that fails to import is unavailable."""
+    from portability.runtimes.base import Availability
+
+    try:
+        return load_class(target.runtime).availability()
+    except (ImportError, AttributeError) as e:
+        return Availability(False, f"runtime {target.runtime} cannot be imported ({e})", "reinstall portability: scripts/setup.sh")
+
+
 def expand(spec: str, reg: dict[str, Target] | None = None) -> list[Target]:
     """``"web,mobile/tflite-fp32"`` -> targets. A platform name means all its targets; ``all`` every one.
 
@@ -64,4 +74,4 @@ def expand(spec: str, reg: dict[str, Target] | None = None) -> list[Target]:
     return [reg[REFERENCE]] + [reg[i] for i in chosen]
 
 
-__all__ = ["Target", "load_class", "registry", "expand", "REFERENCE", "PLATFORMS"]
+__all__ = ["Target", "availability", "load_class", "registry", "expand", "REFERENCE", "PLATFORMS"]

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""server/ort-cpu latency as `portability check` reports it, against a bare onnxruntime loop on the same
+model and inputs, in one run. Rounds alternate the two so machine noise hits both alike.
+
+    python bench/bench_server.py [MODEL ...] [--rounds 5] [--runs 300]
+
+Prints per model the median p50 of each side and their ratio (goal: within 5%).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def portability_p50(model: Path, runs: int, warmup: int) -> tuple[float, dict[str, np.ndarray]]:
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        subprocess.run([sys.executable, "-m", "portability", "check", str(model), "--targets", "server/ort-cpu",
+                        "--runs", str(runs), "--warmup", str(warmup), "--samples", "1", "--json", str(out), "-q"],
+                       check=True, capture_output=True)
+        r = json.loads(out.read_text())
+    return r["targets"][0]["metrics"]["latency_ms"]["p50"]
+
+
+def bare_p50(model: Path, runs: int, warmup: int) -> float:
+    """What a user would write: a default session, the same synthesized input (seed 0, uniform [0,1))."""
+    import onnxruntime as ort
+
+    from portability.core import inputs as inp
+    from portability.core.model import load_model
+
+    info = load_model(model)
+    shapes, _ = inp.resolve_shapes(info, {})
+    feeds = inp.synthesize(info, shapes, 1, seed=0).batch(0)
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for _ in range(warmup):
+        sess.run(None, feeds)
+    ms = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return float(np.percentile(ms, 50))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", type=Path, default=[ROOT / "fixtures" / "lenet.onnx", ROOT / "fixtures" / "mlp.onnx"])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=20)
+    a = ap.parse_args()
+    print(f"{'model':<22} {'portability p50 ms':>19} {'bare ORT p50 ms':>16} {'ratio':>7}")
+    for model in a.models:
+        ours, bare = [], []
+        for _ in range(a.rounds):
+            ours.append(portability_p50(model, a.runs, a.warmup))
+            bare.append(bare_p50(model, a.runs, a.warmup))
+        o, b = statistics.median(ours), statistics.median(bare)
+        print(f"{model.name:<22} {o:>19.4f} {b:>16.4f} {o / b:>7.3f}")
+
+
+if __name__ == "__main__":
+    main()

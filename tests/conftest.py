@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Each test session gets its own artifact cache, so tests never depend on the user's."""
+    monkeypatch.setenv("PORTABILITY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "portability", *args], capture_output=True, text=True,
+                          env=e, cwd=cwd or ROOT, timeout=timeout)
+
+
+def check_json(tmp_path: Path, model: Path | str, *args: str, env: dict | None = None, expect_rc: int | None = 0) -> dict:
+    out = tmp_path / "report.json"
+    p = run_cli("check", str(model), "--json", str(out), *args, env=env)
+    if expect_rc is not None:
+        assert p.returncode == expect_rc, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return json.loads(out.read_text())
+
+
+def by_id(report: dict) -> dict[str, dict]:
+    return {t["id"]: t for t in report["targets"]}

@@ -1,0 +1,93 @@
+"""Inputs: synthesized (seeded, dtype-aware), --shape, --inputs and --dataset, with exit 2 on bad data."""
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, check_json, run_cli
+from portability.core import inputs as inp
+from portability.core.errors import BadInput
+from portability.core.model import load_model
+
+
+def test_synthesized_is_seeded_and_dtype_aware():
+    m = load_model(FIXTURES / "int64_ids.onnx")
+    shapes, warnings = inp.resolve_shapes(m, {})
+    a = inp.synthesize(m, shapes, 4, seed=3).arrays["ids"]
+    b = inp.synthesize(m, shapes, 4, seed=3).arrays["ids"]
+    assert a.dtype == np.int64 and a.shape == (4, 1, 16) and not warnings
+    assert np.array_equal(a, b)
+    assert a.min() >= 0 and a.max() < 100 and a.max() >= 50  # spans the embedding table's rows
+    f = inp.synthesize(load_model(FIXTURES / "lenet.onnx"), {"x": (1, 1, 28, 28)}, 2, seed=0, value_range=(-2, 2)).arrays["x"]
+    assert f.dtype == np.float32 and -2 <= f.min() < -1 and 1 < f.max() <= 2
+
+
+def test_dynamic_dims_default_with_warning_or_from_shape_flag():
+    m = load_model(FIXTURES / "mlp_dynamic.onnx")
+    shapes, warnings = inp.resolve_shapes(m, {})
+    assert shapes["x"] == (1, 1, 28, 28) and "dynamic" in warnings[0]
+    given = inp.parse_shapes(["x=4x1x28x28"], m)
+    assert inp.resolve_shapes(m, given) == ({"x": (4, 1, 28, 28)}, [])
+    with pytest.raises(Exception, match="fixed shape"):
+        inp.parse_shapes(["x=4x1x27x28"], m)
+
+
+def test_dynamic_batch_model_checks_with_shape(tmp_path):
+    r = check_json(tmp_path, FIXTURES / "mlp_dynamic.onnx", "--shape", "x=3x1x28x28", "--runs", "3")
+    assert r["inputs"]["shapes"]["x"] == [3, 1, 28, 28]
+    assert all(t["status"] in ("pass", "skipped") for t in r["targets"])
+    r = check_json(tmp_path, FIXTURES / "mlp_dynamic.onnx", "--runs", "3")
+    assert any("dynamic" in n for n in r["notes"])
+
+
+def test_inputs_file_used_as_given(tmp_path):
+    x = np.random.default_rng(1).random((2, 1, 8), dtype=np.float32)  # a stack of two batches
+    np.savez(tmp_path / "in.npz", x=x)
+    r = check_json(tmp_path, FIXTURES / "two_outputs.onnx", "--inputs", str(tmp_path / "in.npz"), "--runs", "2")
+    assert r["inputs"]["source"] == "file" and r["inputs"]["batches"] == 2
+    assert set(r["targets"][1]["metrics"]["outputs"]) == {"probs", "features"}
+
+
+@pytest.mark.parametrize("arrays, needle", [
+    ({"nope": np.zeros((1, 8), np.float32)}, "no array for input 'x'"),
+    ({"x": np.zeros((1, 9), np.float32)}, "input 'x' has shape [1, 9], expected [1, 8]"),
+    ({"x": np.zeros((1, 8), np.int32)}, "input 'x' has dtype int32, expected float32"),
+    ({"x": np.zeros((1, 8), np.float32), "extra": np.zeros(1)}, "array 'extra' matches no model input"),
+])
+def test_bad_inputs_file_exits_2_naming_the_input(tmp_path, arrays, needle):
+    np.savez(tmp_path / "in.npz", **arrays)
+    p = run_cli("check", str(FIXTURES / "two_outputs.onnx"), "--inputs", str(tmp_path / "in.npz"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert needle in p.stderr, p.stderr
+
+
+def test_pickled_npz_refused(tmp_path):
+    np.savez(tmp_path / "evil.npz", x=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(BadInput, match="pickled data is refused"):
+        inp.from_file(load_model(FIXTURES / "two_outputs.onnx"), tmp_path / "evil.npz", {})
+
+
+def test_not_an_npz(tmp_path):
+    (tmp_path / "x.npz").write_text("hello")
+    p = run_cli("check", str(FIXTURES / "two_outputs.onnx"), "--inputs", str(tmp_path / "x.npz"))
+    assert p.returncode == 2 and "not a readable .npz" in p.stderr
+
+
+def test_dataset_gives_accuracy(tmp_path):
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--dataset", str(FIXTURES / "digits.npz"), "--samples", "100", "--runs", "5")
+    ref = r["targets"][0]
+    assert r["inputs"]["source"] == "dataset" and r["inputs"]["samples"] == 100
+    assert ref["metrics"]["accuracy"] > 0.9  # a trained LeNet on held-out digits
+    noopt = {t["id"]: t for t in r["targets"]}["server/ort-cpu-noopt"]
+    assert noopt["metrics"]["accuracy_delta"] == 0.0
+
+
+@pytest.mark.parametrize("arrays, needle", [
+    ({"x": np.zeros((3, 1, 28, 28), np.float32)}, "no 'y' array"),
+    ({"x": np.zeros((3, 1, 28, 28), np.float32), "y": np.zeros(4, np.int64)}, "has 3 samples but y has 4"),
+    ({"x": np.zeros((3, 28, 28), np.float32), "y": np.zeros(3, np.int64)}, "samples have shape [28, 28], expected [1, 28, 28]"),
+    ({"x": np.zeros((3, 1, 28, 28), np.float32), "y": np.zeros(3, np.float32)}, "integer class labels"),
+])
+def test_bad_dataset_exits_2(tmp_path, arrays, needle):
+    np.savez(tmp_path / "d.npz", **arrays)
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--dataset", str(tmp_path / "d.npz"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert needle in p.stderr, p.stderr

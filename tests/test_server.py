@@ -1,0 +1,94 @@
+"""Every server runtime, really run on the fixtures; the report contract; the artifact cache."""
+import json
+
+import pytest
+
+from conftest import FIXTURES, by_id, check_json, run_cli
+from portability.report.schema import STATUSES, Report
+
+FIXTURE_MODELS = ["lenet.onnx", "mlp.onnx", "mlp_dynamic.onnx", "two_outputs.onnx", "int64_ids.onnx", "external/mlp.onnx"]
+
+
+@pytest.mark.parametrize("name", FIXTURE_MODELS)
+def test_server_targets_on_fixture(tmp_path, name):
+    r = check_json(tmp_path, FIXTURES / name, "--targets", "server", "--runs", "5")
+    t = by_id(r)
+    assert set(t) == {"server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference", "server/ort-cuda"}
+    for tid in ("server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference"):
+        assert t[tid]["status"] == "pass", (tid, t[tid])
+        assert t[tid]["metrics"]["latency_ms"]["runs"] == 5
+        assert t[tid]["artifact"]["size_bytes"] == r["model"]["size_bytes"]
+    for tid in ("server/ort-cpu-noopt", "server/onnx-reference"):
+        outs = t[tid]["metrics"]["outputs"]
+        assert set(outs) == {o["name"] for o in r["model"]["outputs"]}
+        assert all(o["max_abs"] < 1e-4 and o["cosine"] > 0.9999 for o in outs.values())
+    assert t["server/onnx-reference"]["gating"] is False
+    assert r["passed"] is True
+
+
+def test_cuda_target_honest_status(tmp_path):
+    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "server/ort-cuda", "--runs", "2")
+    cuda = by_id(r)["server/ort-cuda"]
+    import glob
+
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        assert cuda["status"] == "skipped" and "GPU" in cuda["error"] and cuda["hint"]
+    else:
+        assert cuda["status"] in ("pass", "skipped", "fallback"), cuda
+
+
+def test_report_schema_v1(tmp_path):
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "server", "--runs", "3")
+    assert r["schema_version"] == 1 and r["tool"]["name"] == "portability"
+    assert {"python", "platform", "cpu", "packages"} <= set(r["environment"])
+    assert r["environment"]["packages"]["onnxruntime"]
+    m = r["model"]
+    assert len(m["sha256"]) == 64 and m["opset"] == 18 and m["inputs"][0] == {"name": "x", "dtype": "float32", "shape": [1, 1, 28, 28]}
+    assert r["inputs"] == {**r["inputs"], "source": "synthesized", "samples": 8, "seed": 0}
+    assert r["reference"] == "server/ort-cpu" and r["targets"][0]["id"] == "server/ort-cpu"
+    for t in r["targets"]:
+        assert t["status"] in STATUSES
+        for key in ("id", "platform", "runtime", "device", "status", "gating", "error", "artifact", "metrics", "thresholds"):
+            assert key in t
+    noopt = by_id(r)["server/ort-cpu-noopt"]
+    for key in ("outputs", "top1_agreement", "accuracy", "accuracy_delta", "latency_ms", "peak_rss_mb", "robustness"):
+        assert key in noopt["metrics"]
+    assert set(noopt["metrics"]["latency_ms"]) >= {"load", "first", "p50", "p90", "p99", "runs"}
+    assert set(noopt["metrics"]["outputs"]["logits"]) >= {"max_abs", "max_rel", "mean_abs", "rmse", "p99_abs", "cosine"}
+    assert noopt["artifact"]["gzip_bytes"] < noopt["artifact"]["size_bytes"]
+    assert noopt["metrics"]["peak_rss_mb"] > 10
+    assert Report.from_dict(r).to_dict()["targets"] == r["targets"]  # round trip
+
+
+def test_cache_second_run_converts_nothing(tmp_path):
+    cache = tmp_path / "c"
+    env = {"PORTABILITY_CACHE_DIR": str(cache)}
+    first = check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", env=env)
+    second = check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", env=env)
+    conv = lambda r: [c["cached"] for t in r["targets"] for c in t["details"].get("conversions", [])]  # noqa: E731
+    assert conv(first)[0] is False and all(conv(second)) and len(conv(second)) == 3
+    entries = list((cache / "artifacts").glob("*/*/artifact.json"))
+    assert len(entries) == 1
+    nocache = check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", "--no-cache", env=env)
+    assert not any(conv(nocache))
+    assert len(list((cache / "artifacts").glob("*/*/artifact.json"))) == 1
+
+
+def test_junit_and_table_output(tmp_path):
+    p = run_cli("check", str(FIXTURES / "mlp.onnx"), "--runs", "2", "--junit", str(tmp_path / "j.xml"))
+    assert p.returncode == 0, p.stderr
+    assert "server/ort-cpu-noopt" in p.stdout and "pass" in p.stdout
+    xml = (tmp_path / "j.xml").read_text()
+    assert 'tests="4"' in xml and 'failures="0"' in xml and "<skipped" in xml
+
+
+def test_targets_command_lists_availability():
+    p = run_cli("targets", "--json")
+    rows = {r["id"]: r for r in json.loads(p.stdout)}
+    assert rows["server/ort-cpu"]["available"] is True
+    assert rows["server/onnx-reference"]["gating"] is False
+
+
+def test_unknown_target_is_a_usage_error():
+    p = run_cli("check", str(FIXTURES / "mlp.onnx"), "--targets", "server/ort-fancy")
+    assert p.returncode == 2 and "unknown target 'server/ort-fancy'" in p.stderr
