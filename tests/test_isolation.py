@@ -83,3 +83,12 @@ def test_thresholds_from_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.portability]\nbogus = 1\n")
     p = run_cli("check", str(FIXTURES / "mlp.onnx"), cwd=tmp_path)
     assert p.returncode == 2 and "unknown setting 'bogus'" in p.stderr
+
+
+def test_reference_named_odd_one_out_when_others_agree(tmp_path):
+    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/noisy,test/noisy-twin,server/ort-cpu-noopt", "--runs", "0",
+                   env=TEST_TARGETS, expect_rc=1)
+    assert any("test/noisy, test/noisy-twin agree with each other but not with the reference" in n for n in r["notes"])
+    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/noisy,server/ort-cpu-noopt", "--runs", "0",
+                   env=TEST_TARGETS, expect_rc=1)
+    assert not any("odd one out" in n for n in r["notes"])

@@ -11,6 +11,8 @@ TARGETS = [
            description="allocates memory until stopped"),
     Target(id="test/noisy", runtime="portability.runtimes.testing:Noisy", converters=(SNAPSHOT,),
            description="ORT CPU plus noise on every output (a wrong model)"),
+    Target(id="test/noisy-twin", runtime="portability.runtimes.testing:Noisy", converters=(SNAPSHOT,),
+           description="the same noise as test/noisy: two runtimes that agree with each other, not the reference"),
     Target(id="test/fallback", runtime="portability.runtimes.testing:Fallback", converters=(SNAPSHOT,),
            description="asks for one backend, reports another"),
 ]
