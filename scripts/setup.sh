@@ -3,7 +3,7 @@
 # and `portability` itself (editable). Safe to run again; it skips what is already in place.
 #
 #   scripts/setup.sh            everything (server, web, mobile)
-#   PORTABILITY_SETUP_SKIP=apt,npm scripts/setup.sh   skip parts
+#   PORTABILITY_SETUP_SKIP=apt,pip,npm,arm64 scripts/setup.sh   skip parts
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +46,13 @@ if want npm && [ -f platforms/web/package-lock.json ]; then
     say "npm ci (platforms/web)"
     (cd platforms/web && npm ci --no-audit --no-fund --loglevel=error)
     rm -f "$STAMP_DIR"/npm-*; touch "$STAMP_DIR/npm-$lock_hash"
+  fi
+fi
+# --- ARM64 emulation: an arm64 Debian root filesystem with aarch64 LiteRT + onnxruntime (cache dir) ---
+if want arm64 && $PY -c "import portability.mobile.arm64" 2>/dev/null; then
+  if ! $PY -c "import sys, portability.mobile.arm64 as a; sys.exit(0 if a.status()[0] else 1)"; then
+    say "provisioning the ARM64 emulator (one time, a few minutes)"
+    $PY -m portability setup arm64
   fi
 fi
 say "ready"
