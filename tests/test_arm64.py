@@ -11,11 +11,17 @@ import pytest
 from portability.mobile import arm64
 from tests.mobile_models import conv_model, convert, reference
 
+_HOME = arm64.home()  # the user's provisioned environment, found before conftest privatizes the cache dir
 _OK, _WHY = arm64.status()
 _MISSING = [m for m in ("onnx2tf", "tensorflow", "ai_edge_litert") if importlib.util.find_spec(m) is None]
 pytestmark = [pytest.mark.arm64,
               pytest.mark.skipif(not _OK, reason=f"{_WHY} (run: {arm64.SETUP_HINT})"),
               pytest.mark.skipif(bool(_MISSING), reason=f"mobile stack not installed: {', '.join(_MISSING)}")]
+
+
+@pytest.fixture(autouse=True)
+def _provisioned_env(monkeypatch):
+    monkeypatch.setenv("PORTABILITY_ARM64_DIR", str(_HOME))
 
 
 @pytest.fixture(scope="module")

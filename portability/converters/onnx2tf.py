@@ -74,9 +74,12 @@ def meaningful_lines(log: str, limit: int = 12) -> list[str]:
 
 
 def _failing_op(lines: list[str]) -> tuple[str | None, str | None]:
+    """The op (and node) onnx2tf names in its ERROR lines; INFO lines only log the last op it started."""
     op = node = None
     for ln in lines:
-        m = re.search(r"onnx_op_type:\s*(\w+)", ln)
+        if "ERROR" not in ln:
+            continue
+        m = re.search(r"(\w+) OP is not yet implemented", ln) or re.search(r"onnx_op_type:\s*(\w+)", ln)
         op = m.group(1) if m else op
         m = re.search(r"onnx_op_name:\s*(\S+)", ln)
         node = m.group(1) if m else node

@@ -45,12 +45,26 @@ def candidate_perms(onnx_shape: list, tfl_shape: list) -> list[tuple[int, ...]]:
     n = len(onnx_shape)
     if n != len(tfl_shape):
         return []
-    same = lambda a, b: a is None or b is None or a < 0 or b < 0 or a == b
+    unknown = lambda d: d is None or d < 0
+    strict = lambda a, b: unknown(a) == unknown(b) and (unknown(a) or a == b)
+    relaxed = lambda a, b: unknown(a) or unknown(b) or a == b
+    for same in (strict, relaxed):  # an unknown dimension pairs with an unknown one first
+        found = _perms(onnx_shape, tfl_shape, same)
+        if found:
+            return found
+    return []
+
+
+def _perms(onnx_shape: list, tfl_shape: list, same) -> list[tuple[int, ...]]:
+    n = len(onnx_shape)
     preferred = [tuple([0] + list(range(2, n)) + [1]) if n >= 3 else tuple(range(n)), tuple(range(n))]
     others = itertools.permutations(range(n)) if n <= 6 else iter(())
-    out = []
+    out, seen = [], set()
     for p in itertools.chain(preferred, others):
-        if p not in out and all(same(tfl_shape[i], onnx_shape[p[i]]) for i in range(n)):
+        # perms that differ only in where size-1 axes go give the same bytes: keep the first of each
+        key = tuple(p[i] for i in range(n) if onnx_shape[p[i]] != 1)
+        if key not in seen and all(same(tfl_shape[i], onnx_shape[p[i]]) for i in range(n)):
+            seen.add(key)
             out.append(p)
     return out
 

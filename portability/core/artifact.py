@@ -78,8 +78,9 @@ def size_info(files: list[Path]) -> dict:
     return {"size_bytes": raw, "gzip_bytes": gz, "files": len(files)}
 
 
-def write_meta(artifact: Artifact) -> None:
-    (artifact.folder / META_FILE).write_text(json.dumps(artifact.to_dict(), indent=1, sort_keys=True))
+def write_meta(artifact: Artifact, folder: Path) -> None:
+    """Record ``artifact`` (its path relative to ``folder``) in ``folder``."""
+    (folder / META_FILE).write_text(json.dumps(artifact.to_dict(), indent=1, sort_keys=True))
 
 
 __all__ = ["Artifact", "sha256_file", "sha256_files", "size_info", "write_meta"]

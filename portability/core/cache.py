@@ -77,8 +77,8 @@ class Cache:
             entry = self.root / "artifacts" / key[:2] / key
             meta = entry / META_FILE
             if meta.is_file():
-                art = Artifact.from_dict(json.loads(meta.read_text()))
-                art = Artifact(path=entry / art.path.name, format=art.format, sha256=art.sha256, meta=art.meta)
+                art = Artifact.from_dict(json.loads(meta.read_text()))  # its path is relative to the entry
+                art = Artifact(path=entry / art.path, format=art.format, sha256=art.sha256, meta=art.meta)
                 if art.path.exists():
                     return art, True
             entry.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ class Cache:
         meta.setdefault("convert_s", round(time.perf_counter() - t0, 3))
         meta.setdefault("converter", f"{conv.name()} {conv.version()}")
         final = Artifact(path=entry / rel, format=art.format, sha256=sha, meta=meta)
-        write_meta(Artifact(path=tmp / rel, format=art.format, sha256=sha, meta=meta))
+        write_meta(Artifact(path=rel, format=art.format, sha256=sha, meta=meta), tmp)
         try:
             os.rename(tmp, entry)
         except OSError:  # another process won the race: keep theirs

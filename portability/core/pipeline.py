@@ -206,6 +206,8 @@ class _Run:
         outs = _load_outputs(wdir / "outputs.npz", self.out_names)
         self.outputs[target.id] = outs
         lat = metrics["latency_ms"] or {}
+        if details.get("emulated") and lat:
+            lat["emulated"] = True  # an emulator's speed, not a device's
         if target.id == REFERENCE:
             self.ref_outputs = outs
             self.ref_p50 = lat.get("p50")

@@ -65,7 +65,7 @@ def render(report: Report) -> Table:
         table.add_row(
             t.id, Text(status, style=STYLE.get(t.status, "")), _num(max_abs), _num(cos, ".6f"),
             _num(m.get("top1_agreement"), ".4f"), acc_s, _size((t.artifact or {}).get("size_bytes")),
-            _num(lat.get("p50"), ".3f"), _num(m.get("p50_vs_reference"), ".2f"),
+            _num(lat.get("p50"), ".3f") + (" emu" if lat.get("emulated") else ""), _num(m.get("p50_vs_reference"), ".2f"),
         )
     return table
 

@@ -1,0 +1,1 @@
+"""Mobile platform helpers that are not converters or runtimes: the ARM64 emulation environment."""

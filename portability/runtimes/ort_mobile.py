@@ -1,0 +1,60 @@
+"""ONNX Runtime on an ORT-format (``.ort``) model: what ORT Mobile runs on a phone, on the CPU EP.
+
+This machine's ONNX Runtime has no NNAPI / CoreML execution providers; their static coverage (from the
+converter's mobile usability analysis) goes into ``details()`` so the report can say what a phone's
+accelerator would take.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError
+from portability.runtimes.litert import default_threads
+from portability.runtimes.ort import OrtCpu, ort_error
+
+
+class OrtMobile(OrtCpu):
+    """Options: ``threads`` (default 4, capped to this machine's cores, as on a phone)."""
+
+    input_format = "ort"
+
+    def load(self, artifact: Artifact) -> None:
+        import onnxruntime as ort
+
+        self._ort = ort
+        self.meta = artifact.meta
+        self.threads = int(self.options.get("threads") or default_threads())
+        so = ort.SessionOptions()
+        so.add_session_config_entry("session.load_model_format", "ORT")
+        so.intra_op_num_threads = self.threads
+        so.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(str(artifact.path), sess_options=so, providers=[self.provider])
+        except Exception as e:
+            raise ort_error(e, LoadError) from None
+        self._out_names = [o.name for o in self.session.get_outputs()]
+
+    def describe(self) -> str:
+        return f"onnxruntime {self._ort.__version__} (ORT format, CPU EP)"
+
+    def details(self) -> dict[str, Any]:
+        d = {"providers": self.session.get_providers(), "threads": self.threads, "format": "ort"}
+        for k in ("mobile_usability", "shapes_fixed_for_usability_check", "fixed_shapes", "target_platform"):
+            if k in self.meta:
+                d[k] = self.meta[k]
+        return d
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return super().infer(feeds)
+        except RunError as e:
+            weights = [n for n in self.meta.get("initializer_inputs", []) if n in str(e)]
+            if weights:
+                raise RunError(f"{e} — the model lists its weights as graph inputs (old exporters did); "
+                               f"the ORT-format session demands them as real inputs ({', '.join(weights[:3])}…). "
+                               "Re-export without weights as inputs (onnxruntime.tools.remove_initializer_from_input)",
+                               op=e.op, node=e.node) from None
+            raise
