@@ -34,3 +34,19 @@ def check_json(tmp_path: Path, model: Path | str, *args: str, env: dict | None =
 
 def by_id(report: dict) -> dict[str, dict]:
     return {t["id"]: t for t in report["targets"]}
+
+
+RUNTIME_MARKERS = ("web", "mobile", "arm64")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With PORTABILITY_REQUIRE_RUNTIMES=1 (CI, after the full setup) a runtime test that skips fails:
+    there a missing runtime is a broken install, not an absent option."""
+    outcome = yield
+    rep = outcome.get_result()
+    if (rep.skipped and os.environ.get("PORTABILITY_REQUIRE_RUNTIMES") == "1"
+            and any(item.get_closest_marker(m) for m in RUNTIME_MARKERS)):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.outcome = "failed"
+        rep.longrepr = f"runtime required here (PORTABILITY_REQUIRE_RUNTIMES=1) but the test skipped: {reason}"
