@@ -193,7 +193,12 @@ class _Run:
                          "robustness": None}
         art = raw.get("artifact")
         t = self.thresholds_for(target)
-        common = dict(id=target.id, platform=target.platform, gating=target.gating, runtime=raw.get("runtime"),
+        gating = target.gating
+        if raw.get("device") == "software" and gating and not _explicitly_gated(target, self.opts.gate):
+            gating = False  # an emulated GPU's numbers say little about a user's GPU
+            notes.append("ran on a software GPU adapter (SwiftShader), not a GPU: reported as a cross-check "
+                         f"(--gate {target.id} makes it gating)")
+        common = dict(id=target.id, platform=target.platform, gating=gating, runtime=raw.get("runtime"),
                       device=raw.get("device"), artifact=art, thresholds=t, op=raw.get("op"), node=raw.get("node"),
                       hint=raw.get("hint"))
         if status != "ok":
@@ -201,7 +206,8 @@ class _Run:
                 tail = _log_tail(Path(raw.get("log", wdir / "worker.log")))
                 if tail:
                     details["log_tail"] = tail
-            return TargetResult(status=status, error=raw.get("error"), metrics=metrics, details=details, **common)
+            return TargetResult(status=status, error=raw.get("error"), metrics=metrics, details=details,
+                                notes=tuple(notes), **common)
 
         outs = _load_outputs(wdir / "outputs.npz", self.out_names)
         self.outputs[target.id] = outs
@@ -230,7 +236,7 @@ class _Run:
             found.insert(0, f"asked for {raw['backend_requested']}, ran on {raw['backend_used']}")
         else:
             status = "drift" if found else "pass"
-        if status == "drift" and not target.gating:
+        if status == "drift" and not gating:
             notes.append(f"{target.id} is a cross-check: its disagreement is reported, it does not fail the run")
         if details.get("caveat") and status == "drift":
             notes.append(details["caveat"])
@@ -250,6 +256,10 @@ class _Run:
             return [f"{', '.join(agreeing)} agree with each other but not with the reference {REFERENCE}: "
                     "the reference may be the odd one out"]
         return []
+
+
+def _explicitly_gated(target: Target, gate: list[str]) -> bool:
+    return any(not r.startswith("-") and r.lstrip("+") in (target.id, target.platform, "all") for r in gate)
 
 
 def _with(res: TargetResult, **kw) -> TargetResult:

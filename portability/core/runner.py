@@ -82,6 +82,9 @@ def run_worker(job: dict, workdir: Path, limits: Limits, on_phase: Callable[[str
     env = dict(os.environ)
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")  # console tools of this environment (onnxsim...)
+    # the worker imports the same portability as this process, whatever is installed elsewhere
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with open(log_file, "wb") as errf:
         proc = subprocess.Popen([sys.executable, "-m", "portability.core.worker", str(job_file)],
                                 stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,

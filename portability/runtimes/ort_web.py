@@ -10,7 +10,7 @@ import re
 from typing import Any, ClassVar
 
 from portability.core.artifact import Artifact
-from portability.core.errors import LoadError, TargetError, Unavailable
+from portability.core.errors import TargetError, Unavailable
 from portability.runtimes.web import WebRuntime
 
 BUNDLES = {"wasm": "ort.wasm.min.mjs", "webgl": "ort.webgl.min.mjs", "webgpu": "ort.webgpu.min.mjs"}
@@ -24,6 +24,7 @@ _OP_PATTERNS = (
     re.compile(r"cannot resolve operator '(?P<op>\w+)' with opsets"),
     re.compile(r"no kernel .*? for (?:op|operator) '?(?P<op>\w+)'?", re.I),
     re.compile(r"Node \((?P<node>[^)]*)\) Op \((?P<op>\w+)\)"),
+    re.compile(r"of Optype \((?P<op>\w+)\).*? in node \((?P<node>[^)]*)\)"),
     re.compile(r"[Oo]perator '?(?P<op>\w+)'? (?:is )?not (?:supported|implemented)"),
 )
 _ORT_LOG = re.compile(r"\[[VI]:onnxruntime:")
@@ -72,6 +73,7 @@ class OrtWeb(WebRuntime):
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         return {"bundle": self.bundle, "ep": self.ep, "threads": self.threads,
+                "graphOptimization": self.options.get("graph_optimization", "all"),
                 "warmModel": self._server.put_blob("warm.onnx", _warm_model())}
 
     def keep_console(self, kind: str, text: str) -> bool:

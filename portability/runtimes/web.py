@@ -10,10 +10,11 @@ tensors (``to_page`` / ``from_page``), and how the engine's error messages name 
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
-import re
 import time as _time
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,6 +29,23 @@ log = logging.getLogger(__name__)
 PAGE_DTYPES = {"float32", "float64", "float16", "int8", "int16", "int32", "int64",
                "uint8", "uint16", "uint32", "uint64", "bool"}
 
+#: warm-up lasts at least this long (the JS glue is JIT-compiled over the first fast runs)
+MIN_WARMUP_MS = 250.0
+#: a latency sample spans at least this long (the page clock ticks in 5 µs steps): faster runs are
+#: timed in batches and the sample is their mean
+MIN_SAMPLE_MS = 1.0
+
+#: the browser's full version (the user-agent string carries a reduced one)
+_BROWSER_VERSION = """async () => {
+  const d = navigator.userAgentData;
+  const list = d && (await d.getHighEntropyValues(['fullVersionList'])).fullVersionList || [];
+  const b = list.find((x) => /Chrom/.test(x.brand)) || {brand: 'Chromium', version: navigator.userAgent};
+  return `${b.brand} ${b.version} (headless)`;
+}"""
+
+#: the harness's stage names, as the error messages say them
+_STAGES = {"init": "runtime init", "session": "model load", "run": "inference", "time": "timing"}
+
 
 class WebRuntime(Runtime):
     engine: ClassVar[str]
@@ -39,9 +57,10 @@ class WebRuntime(Runtime):
         self._server = None
         self._browser = None
         self._info: dict[str, Any] = {}
-        self._timings: dict[str, float] = {}
+        self._load_ms: dict[str, float] = {}
         self._ids = itertools.count()
-        self._user_agent = ""
+        self._browser_name = ""
+        self._time_info: dict[str, Any] = {}
         self.served_model_bytes = 0
 
     # -- what subclasses provide ---------------------------------------------------------------------
@@ -88,18 +107,18 @@ class WebRuntime(Runtime):
             self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console).start()
             self._browser.new_page(self._server.base + "h/index.html")
             self._browser.page.wait_for_function("() => window.harness !== undefined")
-            self._user_agent = self._browser.call("() => navigator.userAgent")
+            self._browser_name = self._browser.call(_BROWSER_VERSION)
             res = self._browser.call("cfg => harness.setup(cfg)", cfg)
         except BaseException:
             self.close()
             raise
         self._info = res.get("info") or {}
-        self.served_model_bytes = self._server.served.get("a/" + artifact.path.name, 0)
+        self.served_model_bytes = sum(n for path, n in self._server.served.items() if path.startswith("a/"))
         if not res["ok"]:
             msg = self._message(res)
             self.close()
-            raise self.op_error(msg, LoadError if res["stage"] == "session" else RunError)
-        self._timings = {**res["timings"], "load": (_time.perf_counter() - t0) * 1e3}
+            raise self.op_error(msg, LoadError)
+        self._load_ms = {**res["timings"], "load": (_time.perf_counter() - t0) * 1e3}
         self.after_load()
 
     def after_load(self) -> None:
@@ -108,26 +127,29 @@ class WebRuntime(Runtime):
     def load_timings(self) -> dict[str, float]:
         """``load`` (everything: server, browser, page, runtime, model), ``init`` (runtime init in the
         page) and ``session`` (model fetch + session / graph creation in the page), in ms."""
-        return dict(self._timings)
+        return dict(self._load_ms)
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        spec = self._put(self.to_page(feeds))
         out_name = f"out-{next(self._ids)}"
-        res = self._call("s => harness.infer(s)", {"feeds": spec, "out": self._server.base + "io/" + out_name})
+        with self._feeds(feeds) as spec:
+            res = self._call("s => harness.infer(s)", {"feeds": spec, "out": self._server.base + "io/" + out_name})
         self._info = res.get("info") or self._info
         return self.from_page(_unpack(res["outputs"], self._server.take_blob(out_name)))
 
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
-        spec = self._put(self.to_page(feeds))
-        res = self._call("s => harness.time(s)", {"feeds": spec, "warmup": int(warmup), "runs": int(runs)})
+        with self._feeds(feeds) as spec:
+            res = self._call("s => harness.time(s)", {"feeds": spec, "warmup": int(warmup), "runs": int(runs),
+                                                      "minWarmupMs": MIN_WARMUP_MS, "minSampleMs": MIN_SAMPLE_MS})
+        self._time_info = res.get("timing") or {}
         return [float(x) for x in res["ms"]]
 
     def details(self) -> dict[str, Any]:
         keep = {k: v for k, v in self._info.items() if v is not None and k not in ("inputs", "outputs")}
-        m = re.search(r"Chrome/([\d.]+)", self._user_agent)
-        if m:
-            keep["browser"] = f"Chromium {m.group(1)} (headless)"
+        if self._browser_name:
+            keep["browser"] = self._browser_name
         keep["model_fetched_bytes"] = self.served_model_bytes
+        if self._time_info:
+            keep["timing"] = dict(self._time_info, clock="performance.now() in the page")
         return keep
 
     def close(self) -> None:
@@ -141,9 +163,13 @@ class WebRuntime(Runtime):
                 server.close()
 
     # -- plumbing ------------------------------------------------------------------------------------
-    def _put(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+    @contextlib.contextmanager
+    def _feeds(self, feeds: dict[str, np.ndarray]) -> Iterator[dict[str, Any]]:
+        """The feeds, mapped for the page, as one blob on the server for the call's duration."""
+        if self._server is None:
+            raise RunError("the web runtime is not loaded")
         tensors, chunks, offset = [], [], 0
-        for name, a in feeds.items():
+        for name, a in self.to_page(feeds).items():
             a = np.ascontiguousarray(a)
             if a.dtype.name not in PAGE_DTYPES:
                 raise RunError(f"input '{name}': dtype {a.dtype} cannot be sent to the page")
@@ -151,8 +177,12 @@ class WebRuntime(Runtime):
             tensors.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape), "offset": offset, "nbytes": len(b)})
             chunks.append(b)
             offset += len(b)
-        url = self._server.put_blob(f"in-{next(self._ids)}", b"".join(chunks))
-        return {"url": url, "tensors": tensors}
+        name = f"in-{next(self._ids)}"
+        url = self._server.put_blob(name, b"".join(chunks))
+        try:
+            yield {"url": url, "tensors": tensors}
+        finally:
+            self._server.take_blob(name)
 
     def _call(self, expression: str, arg: Any) -> dict[str, Any]:
         if self._browser is None:
@@ -167,7 +197,7 @@ class WebRuntime(Runtime):
         if not msg:
             errors = self._browser.console_text() if self._browser else []
             msg = errors[-1] if errors else "unknown error in the page"
-        return f"{res.get('stage', 'page')}: {msg[:2000]}"
+        return f"{_STAGES.get(res.get('stage'), 'in the page')}: {msg[:2000]}"
 
 
 def _unpack(descs: list[dict[str, Any]], data: bytes) -> dict[str, np.ndarray]:

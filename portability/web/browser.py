@@ -7,6 +7,7 @@ runtimes print there (ORT's node placement); they never fail a target by themsel
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections import deque
@@ -42,6 +43,14 @@ class BrowserCrashed(RunError):
     pass
 
 
+def _short_tmp() -> str | None:
+    """The temp folder, unless its path is too long for Chromium's socket path (108 bytes): then /tmp."""
+    tmp = tempfile.gettempdir()
+    if len(tmp) <= 48 or not os.access("/tmp", os.W_OK):
+        return tmp
+    return "/tmp"
+
+
 class Browser:
     """``Browser(webgpu=...)`` launches on ``start()``; ``close()`` is idempotent and never raises."""
 
@@ -55,12 +64,11 @@ class Browser:
         self._profile: str | None = None
 
     def start(self) -> "Browser":
-        from playwright.sync_api import sync_playwright
-
-        self._profile = tempfile.mkdtemp(prefix="portability-chromium-")
-        self._pw = sync_playwright().start()
+        self._profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=_short_tmp())
+        self._pw = _driver.acquire()
         self._ctx = self._pw.chromium.launch_persistent_context(
             self._profile, executable_path=chromium_path(), headless=True, args=self.args,
+            env={**os.environ, "TMPDIR": self._profile},  # its singleton socket lives there: keep the path short
             handle_sigint=False, handle_sigterm=False, handle_sighup=False,
         )
         return self
@@ -123,4 +131,30 @@ class Browser:
     def _stop_pw(self) -> None:
         pw, self._pw = self._pw, None
         if pw is not None:
+            _driver.release()
+
+
+class _Driver:
+    """One Playwright driver per process (its sync API allows one per thread), shared by every Browser
+    and stopped with the last one."""
+
+    def __init__(self):
+        self._pw = None
+        self._users = 0
+
+    def acquire(self):
+        from playwright.sync_api import sync_playwright
+
+        if self._pw is None:
+            self._pw = sync_playwright().start()
+        self._users += 1
+        return self._pw
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users <= 0 and self._pw is not None:
+            pw, self._pw, self._users = self._pw, None, 0
             pw.stop()
+
+
+_driver = _Driver()

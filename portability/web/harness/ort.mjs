@@ -10,7 +10,7 @@ export async function create(cfg) {
   ort.env.wasm.numThreads = cfg.threads;
   ort.env.wasm.proxy = false;
   ort.env.logLevel = 'warning';
-  const options = {executionProviders: [cfg.ep], graphOptimizationLevel: 'all', logSeverityLevel: 2};
+  const options = {executionProviders: [cfg.ep], graphOptimizationLevel: cfg.graphOptimization || 'all', logSeverityLevel: 2};
   const runOptions = {logSeverityLevel: 2};
   // Initialise the runtime (wasm compile, GPU device) on a trivial model, so that "init" and
   // "session" are measured apart.
@@ -55,9 +55,9 @@ export async function create(cfg) {
       for (const name of session.outputNames) out[name] = fromOrt(res[name]);
       return out;
     },
-    async step(feeds) {
-      const res = await session.run(feeds, runOptions);
-      for (const t of Object.values(res)) if (t.location !== 'cpu' && t.dispose) t.dispose();
+    // outputs land on the CPU (the default preferredOutputLocation): nothing to release
+    step(feeds) {
+      return session.run(feeds, runOptions);
     },
     release(feeds) {
       for (const t of Object.values(feeds)) if (t.dispose) t.dispose();

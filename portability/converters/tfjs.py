@@ -1,0 +1,142 @@
+"""TfjsFromSavedModel: a TensorFlow SavedModel -> a TF.js **graph** model (``model.json`` + weight shards).
+
+The ``tensorflowjs`` converter unconditionally imports ``tensorflow_decision_forests``,
+``tensorflow_hub`` and JAX; its declared dependencies would downgrade TensorFlow and protobuf. It runs
+in a subprocess with empty stand-ins for those modules (none is used on the SavedModel path), never
+the network. Keras-3 "layers" models do not load in TF.js, hence graph models only.
+
+Outputs keep their SavedModel signature keys (``--use_structured_outputs_names``), so the runtime can
+map them back to ONNX names. ``meta["tfjs_io"]`` carries that mapping (see ``tfjs_io``) plus the
+SavedModel's layout permutations (NHWC inputs from onnx2tf), ``meta["ops"]`` the TF ops in the graph.
+
+Options: ``quantize``: ``None`` (float32 weights) | ``float16`` | ``uint8`` | ``uint16`` (weight storage).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from portability.converters.base import ConvertContext, Converter, package_version
+from portability.core.artifact import Artifact
+from portability.core.errors import ConvertError, Unavailable
+
+QUANTIZE = {None: [], "float16": ["--quantize_float16=*"], "uint8": ["--quantize_uint8=*"], "uint16": ["--quantize_uint16=*"]}
+
+#: runs the tensorflowjs converter with stand-ins for the modules it imports but never uses here
+_BOOT = """
+import sys, types
+for name in ("tensorflow_decision_forests", "tensorflow_hub", "tensorflowjs.converters.jax_conversion"):
+    sys.modules[name] = types.ModuleType(name)
+def _no_jax(*a, **k):
+    raise RuntimeError("JAX conversion is not available in portability's tensorflowjs shim")
+sys.modules["tensorflowjs.converters.jax_conversion"].convert_jax = _no_jax
+from tensorflowjs.converters import converter
+sys.argv = ["tensorflowjs_converter"] + sys.argv[1:]
+converter.pip_main()
+"""
+
+
+def _require() -> None:
+    import importlib.util
+
+    for mod, hint in (("tensorflowjs", "pip install --no-deps tensorflowjs==4.22.0 (see requirements/nodeps.txt)"),
+                      ("tensorflow", "pip install tensorflow-cpu"), ("tf_keras", "pip install --no-deps tf-keras")):
+        if importlib.util.find_spec(mod) is None:
+            raise Unavailable(f"Python package '{mod}' is not installed (needed to convert to TF.js)", hint)
+
+
+def _failure_lines(log: str, limit: int = 8) -> list[str]:
+    lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("I0000", "W0000", "WARNING: All log messages"))]
+    picked = [ln for ln in lines if "Error" in ln or "error:" in ln or "not supported" in ln or "Unsupported" in ln]
+    return (picked or lines)[-limit:]
+
+
+def tfjs_io(model_json: dict, saved_model_meta: dict) -> dict[str, Any]:
+    """ONNX name <-> TF.js signature key, with the layouts onnx2tf chose.
+
+    ``{"inputs": [{"onnx", "key", "dtype", "shape", "to_tfjs"}], "outputs": [{"onnx", "key", "to_onnx"}]}``.
+    Keys come from the SavedModel signature recorded by the onnx2tf step (``tflite_io``: the SavedModel
+    has the fp32 TFLite file's tensors and layouts); when a key is missing, position decides."""
+    sig = model_json.get("signature") or {}
+    in_keys = list((sig.get("inputs") or {}).keys())
+    structured = (model_json.get("userDefinedMetadata") or {}).get("structuredOutputKeys")
+    out_keys = list(structured or (sig.get("outputs") or {}).keys())
+    ref = saved_model_meta.get("tflite_io") or {}
+    onnx_sig = saved_model_meta.get("onnx_signature") or {}
+
+    ins, outs = ref.get("inputs") or [], ref.get("outputs") or []
+    onnx_in = [t["name"] for t in onnx_sig.get("inputs", [])] or [e["onnx"] for e in ins]
+    onnx_out = [t["name"] for t in onnx_sig.get("outputs", [])] or [e["onnx"] for e in outs]
+    by_onnx_in = {e["onnx"]: e for e in ins}
+    by_onnx_out = {e["onnx"]: e for e in outs}
+    io: dict[str, Any] = {"inputs": [], "outputs": []}
+    for i, name in enumerate(onnx_in):
+        e = by_onnx_in.get(name, {})
+        key = _key(e.get("key"), in_keys, i, "inputs")
+        shape = [int(d.get("size", -1)) for d in (sig["inputs"][key].get("tensorShape") or {}).get("dim", [])]
+        io["inputs"].append({"onnx": name, "key": key, "node": sig["inputs"][key]["name"].split(":")[0],
+                             "shape": shape, "dtype": _dtype(sig["inputs"][key].get("dtype")),
+                             "to_tfjs": e.get("to_tflite")})
+    for i, name in enumerate(onnx_out):
+        e = by_onnx_out.get(name, {})
+        key = _key(e.get("key"), out_keys, i, "outputs")
+        io["outputs"].append({"onnx": name, "key": key, "to_onnx": e.get("to_onnx")})
+    return io
+
+
+def _key(wanted: str | None, keys: list[str], i: int, kind: str) -> str:
+    if wanted in keys:
+        return wanted
+    if i < len(keys):
+        return keys[i]
+    raise ConvertError(f"the TF.js model has {len(keys)} signature {kind}, fewer than the ONNX model")
+
+
+def _dtype(tf_dtype: str | None) -> str:
+    # TF.js has float32, int32 and bool tensors: int64 becomes int32, float64/16 become float32
+    return {"DT_INT32": "int32", "DT_INT64": "int32", "DT_BOOL": "bool"}.get(tf_dtype or "", "float32")
+
+
+class TfjsFromSavedModel(Converter):
+    input_format = "saved_model"
+    output_format = "tfjs"
+
+    def version(self) -> str:
+        return f"1+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        _require()
+        quantize = options.get("quantize")
+        if quantize not in QUANTIZE:
+            raise ConvertError(f"TfjsFromSavedModel: quantize {quantize!r} not in {list(QUANTIZE)}")
+        cmd = [sys.executable, "-c", _BOOT, "--input_format=tf_saved_model", "--output_format=tfjs_graph_model",
+               "--signature_name=serving_default", "--saved_model_tags=serve", "--use_structured_outputs_names=true",
+               *QUANTIZE[quantize], str(src.folder), str(out_dir)]
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+            env[var] = "http://127.0.0.1:9"  # a closed port: nothing it does may reach the network
+        with tempfile.TemporaryDirectory(prefix="portability-tfjs-") as scratch:
+            try:
+                p = subprocess.run(cmd, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, errors="replace", timeout=ctx.timeout_s)
+            except subprocess.TimeoutExpired:
+                raise ConvertError(f"tensorflowjs converter did not finish within {ctx.timeout_s:.0f} s") from None
+        model = out_dir / "model.json"
+        if p.returncode != 0 or not model.is_file():
+            lines = _failure_lines(p.stdout)
+            raise ConvertError(f"tensorflowjs converter failed (exit {p.returncode}): " + " | ".join(lines))
+        doc = json.loads(model.read_text())
+        ops = sorted({n["op"] for n in doc["modelTopology"].get("node", [])} - {"Const", "Placeholder", "Identity"})
+        return Artifact(path=model, format="tfjs", sha256="", meta={
+            "onnx_signature": src.meta.get("onnx_signature"),
+            "tfjs_io": tfjs_io(doc, src.meta),
+            "ops": ops,
+            "weights_quantization": quantize,
+            "converted_by": doc.get("convertedBy"),
+        })

@@ -1,0 +1,105 @@
+"""LiteRtJs: a ``.tflite`` file in headless Chromium with LiteRT.js (@litertjs/core).
+
+The ONNX <-> TFLite mapping (names, NHWC, quantization) is the one the onnx2tf converter recorded in
+``artifact.meta["tflite_io"]``, applied with the same helpers as the in-process LiteRT runtime. In the
+page, tensors are keyed by the model's tensor names.
+
+Options: ``accelerator`` (wasm | webgpu; default wasm), ``threads`` (>1 loads the threaded wasm module,
+which needs cross-origin isolation).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError, TargetError, Unavailable
+from portability.runtimes.web import WebRuntime
+
+#: LiteRT's messages that name an op it cannot run ("Encountered unresolved custom op: FlexErf",
+#: "Didn't find op for builtin opcode 'GELU' version '2'")
+_OP = re.compile(r"unresolved custom op: (\w+)|find op for builtin opcode '(\w+)'"
+                 r"|[Oo]p (?:type )?'?(\w+)'? (?:is )?not supported")
+
+
+class LiteRtJs(WebRuntime):
+    engine = "litert"
+    packages: ClassVar[tuple[str, ...]] = ("@litertjs/core", "@litertjs/wasm-utils")
+    input_format = "tflite"
+    _io: dict[str, Any] | None = None
+    _onnx_dtypes: dict[str, str] = {}
+
+    @property
+    def accelerator(self) -> str:
+        return self.options.get("accelerator", "wasm")
+
+    def uses_webgpu(self) -> bool:
+        return self.accelerator == "webgpu"
+
+    def page_config(self, artifact: Artifact) -> dict[str, Any]:
+        from portability.runtimes.litert import tflite_io
+        from portability.web.paths import package_version
+
+        self._io = tflite_io(artifact)
+        sig = artifact.meta.get("onnx_signature") or {}
+        self._onnx_dtypes = {t["name"]: t["dtype"] for t in sig.get("outputs", [])}
+        return {"accelerator": self.accelerator, "threads": int(self.options.get("threads", 1)),
+                "version": package_version("@litertjs/core")}
+
+    def after_load(self) -> None:
+        device = self._info.get("device")
+        if device:
+            self.device = device["device"]
+        dynamic = [t for t in self._info.get("inputs") or [] if any(d < 0 for d in t["shape"])]
+        if dynamic:  # LiteRT.js has no resize: every run would fail on the shape check
+            t = dynamic[0]
+            self.close()
+            raise LoadError(f"LiteRT.js {self._info.get('version')} cannot resize inputs, and input '{t['name']}' has a "
+                            f"dynamic shape {t['shape']}: give the model fixed input shapes for the web")
+
+    def to_page(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from portability.runtimes.litert import to_tflite
+
+        arrays = to_tflite(self._io, feeds)
+        return {e["tensor"]: a for e, a in zip(self._io["inputs"], arrays)}
+
+    def from_page(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from portability.runtimes.litert import from_tflite
+
+        raw = []
+        for i, e in enumerate(self._io["outputs"]):
+            y = outputs.get(e["tensor"])
+            if y is None:  # names differ between the two runtimes: fall back to the output order
+                names = list(outputs)
+                if len(names) != len(self._io["outputs"]):
+                    raise RunError(f"LiteRT.js gave outputs {names}, expected {[o['tensor'] for o in self._io['outputs']]}")
+                y = outputs[names[i]]
+            raw.append(y)
+        return from_tflite(self._io, raw, self._onnx_dtypes)
+
+    def describe(self) -> str:
+        return f"LiteRT.js {self._info.get('version') or '?'} ({self.accelerator} accelerator)"
+
+    def backend_requested(self) -> str:
+        return self.accelerator
+
+    def backend_used(self) -> str | None:
+        return self._info.get("accelerator")
+
+    def details(self) -> dict[str, Any]:
+        d = super().details()
+        if self._io:
+            d["layout"] = {e["onnx"]: {"tensor": e["tensor"], "to_tflite": e["to_tflite"]} for e in self._io["inputs"]}
+        return d
+
+    def op_error(self, message: str, cls: type[TargetError]) -> TargetError:
+        if self.accelerator == "webgpu" and re.search(r"WebGPU is not supported|no adapter|requestAdapter", message, re.I):
+            return Unavailable(f"WebGPU is not usable in this Chromium: {message}", "a GPU or a software adapter (SwiftShader)")
+        console = " ".join(self._browser.console_text()) if self._browser else ""
+        m = _OP.search(message) or _OP.search(console)
+        if m:
+            op = next(g for g in m.groups() if g)
+            return LoadError(f"{message} ({m.group(0)})" if m.group(0) not in message else message, op=op)
+        return cls(message)

@@ -1,0 +1,109 @@
+"""Tfjs: a TensorFlow.js graph model in headless Chromium, on one backend (cpu | wasm | webgl | webgpu).
+
+The artifact comes from onnx2tf (ONNX -> SavedModel, channels last) and the tensorflowjs converter;
+``artifact.meta["tfjs_io"]`` maps ONNX names to signature keys and gives the layout permutations,
+applied here so that the pipeline sees ONNX names and layouts. TF.js has float32, int32 and bool
+tensors only: int64 feeds are narrowed to int32 (refused when a value does not fit).
+
+Options: ``backend`` (default wasm), ``threads`` (wasm backend; default 1).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError, TargetError, Unavailable
+from portability.runtimes.web import WebRuntime
+
+_PACKAGES = {"wasm": ("@tensorflow/tfjs-backend-wasm",), "webgpu": ("@tensorflow/tfjs-backend-webgpu",)}
+# TF.js messages naming an op it cannot run; a fused activation names the ONNX-side op (Tanh, ...)
+_OP = re.compile(r"(?:Tensorflow Op is not supported|Op is not supported)[:\s]*'?(?P<op>\w+)'?"
+                 r"|Kernel '(?P<kernel>\w+)' not registered"
+                 r"|Activation (?P<act>\w+) has not been implemented"
+                 r"|(?P<act2>\w+) activation not yet supported for \w+")
+
+
+class Tfjs(WebRuntime):
+    engine = "tfjs"
+    packages: ClassVar[tuple[str, ...]] = ("@tensorflow/tfjs", "@tensorflow/tfjs-backend-wasm", "@tensorflow/tfjs-backend-webgpu")
+    input_format = "tfjs"
+    _io: dict[str, Any] | None = None
+    _onnx_dtypes: dict[str, str] = {}
+
+    @property
+    def backend(self) -> str:
+        return self.options.get("backend", "wasm")
+
+    def uses_webgpu(self) -> bool:
+        return self.backend == "webgpu"
+
+    def page_config(self, artifact: Artifact) -> dict[str, Any]:
+        io = artifact.meta.get("tfjs_io")
+        if not io:
+            raise LoadError(f"{artifact.path.name}: no ONNX <-> TF.js tensor mapping in the artifact's metadata "
+                            "(was it produced by TfjsFromSavedModel?)")
+        self._io = io
+        self._onnx_dtypes = {t["name"]: t["dtype"] for t in (artifact.meta.get("onnx_signature") or {}).get("outputs", [])}
+        return {"backend": self.backend, "threads": int(self.options.get("threads", 1))}
+
+    def after_load(self) -> None:
+        device = self._info.get("device")
+        if device:
+            self.device = device["device"]
+
+    def to_page(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for e in self._io["inputs"]:
+            x = np.asarray(feeds[e["onnx"]])
+            x = x.transpose(e["to_tfjs"]) if e.get("to_tfjs") is not None else x
+            out[e["key"]] = _narrow(e["onnx"], x, e["dtype"])
+        return out
+
+    def from_page(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for e in self._io["outputs"]:
+            if e["key"] not in outputs:
+                raise RunError(f"the TF.js model gave no output '{e['key']}' (it gave {sorted(outputs)})")
+            y = outputs[e["key"]]
+            y = y.transpose(e["to_onnx"]) if e.get("to_onnx") is not None else y
+            out[e["onnx"]] = y.astype(self._onnx_dtypes.get(e["onnx"], y.dtype), copy=False)
+        return out
+
+    def describe(self) -> str:
+        return f"TensorFlow.js {self._info.get('version') or '?'} ({self.backend} backend, graph model)"
+
+    def backend_requested(self) -> str:
+        return self.backend
+
+    def backend_used(self) -> str | None:
+        return self._info.get("backend")
+
+    def details(self) -> dict[str, Any]:
+        d = super().details()
+        if self._io:
+            d["layout"] = {e["onnx"]: {"key": e["key"], "to_tfjs": e.get("to_tfjs")} for e in self._io["inputs"]}
+        return d
+
+    def op_error(self, message: str, cls: type[TargetError]) -> TargetError:
+        if re.search(r"Backend name '\w+' not found|Initialization of backend \w+ failed", message):
+            return Unavailable(f"TF.js {self.backend} backend cannot start in this Chromium: {message}",
+                               "a GPU or a software adapter (SwiftShader) for the browser")
+        m = _OP.search(message)
+        if m:
+            d = m.groupdict()
+            act = d["act"] or d["act2"]
+            return LoadError(message, op=d["op"] or d["kernel"] or act.capitalize())
+        return cls(message)
+
+
+def _narrow(name: str, x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "int32" and x.dtype.kind in "iu" and x.dtype != np.int32:
+        if x.size and (x.min() < np.iinfo(np.int32).min or x.max() > np.iinfo(np.int32).max):
+            raise RunError(f"input '{name}': values outside int32, which is TF.js's widest integer")
+        return x.astype(np.int32)
+    if dtype == "bool":
+        return x.astype(bool)
+    return x.astype(dtype, copy=False)

@@ -1,0 +1,48 @@
+"""Web targets: the model really runs in headless Chromium (onnxruntime-web, TensorFlow.js, LiteRT.js).
+
+GPU backends on a machine without a GPU run on a software adapter (SwiftShader); the result says so
+(``device: software``). ORT-web fetches the single-file ONNX snapshot; TF.js and LiteRT.js run what
+onnx2tf makes of it (SavedModel -> TF.js graph model; fp32 ``.tflite``).
+"""
+import os
+
+from portability.targets.base import Target
+
+SNAPSHOT = ("portability.converters.onnx_snapshot:OnnxFromOnnx", {"inline": True})
+SAVED_MODEL = ("portability.converters.onnx2tf:SavedModelFromOnnx", {})
+TFJS = ("portability.converters.tfjs:TfjsFromSavedModel", {})
+TFLITE_FP32 = ("portability.converters.onnx2tf:TfliteFromSavedModel", {"quant": "fp32"})
+ORT_WEB = "portability.runtimes.ort_web:OrtWeb"
+TF_JS = "portability.runtimes.tfjs:Tfjs"
+
+
+def _ort(id_: str, description: str, **options) -> Target:
+    return Target(id=id_, runtime=ORT_WEB, converters=(SNAPSHOT,), options=options, description=description)
+
+
+def _tfjs(backend: str, description: str) -> Target:
+    return Target(id=f"web/tfjs-{backend}", runtime=TF_JS, converters=(SNAPSHOT, SAVED_MODEL, TFJS),
+                  options={"backend": backend}, description=description)
+
+
+TARGETS = [
+    _ort("web/ort-wasm", "onnxruntime-web 1.30, wasm (SIMD), 1 thread (ort.wasm bundle)", ep="wasm", threads=1),
+    _ort("web/ort-wasm-mt", "onnxruntime-web, wasm, 2 threads (needs cross-origin isolation; else a fallback)",
+         ep="wasm", threads=2),
+    _ort("web/ort-webgl", "onnxruntime-web, WebGL (ort.webgl bundle; deprecated upstream, fewer ops)", ep="webgl"),
+    _ort("web/ort-webgpu", "onnxruntime-web, WebGPU (ort.webgpu bundle; SwiftShader without a GPU)", ep="webgpu"),
+    _tfjs("cpu", "TensorFlow.js 4.22 graph model (onnx2tf SavedModel), plain-JS cpu backend"),
+    _tfjs("wasm", "TensorFlow.js graph model, wasm backend (1 thread)"),
+    _tfjs("webgl", "TensorFlow.js graph model, WebGL backend"),
+    _tfjs("webgpu", "TensorFlow.js graph model, WebGPU backend (SwiftShader without a GPU)"),
+    Target(id="web/litert-js", runtime="portability.runtimes.litert_js:LiteRtJs",
+           converters=(SNAPSHOT, SAVED_MODEL, TFLITE_FP32), options={"accelerator": "wasm"},
+           description="LiteRT.js 2.5 (@litertjs/core), the fp32 .tflite from onnx2tf, wasm (XNNPACK) accelerator"),
+]
+
+if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":  # the test suite's switch (see targets/testing.py)
+    TARGETS.append(Target(
+        id="test/web-fallback", runtime=ORT_WEB, converters=(SNAPSHOT,),
+        options={"ep": "wasm", "threads": 2, "isolated": False},
+        description="ort-wasm with 2 threads served without cross-origin isolation: ORT silently runs 1 thread",
+    ))
