@@ -76,6 +76,11 @@ class Runtime(ABC):
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One inference. Raise RunError on failure."""
 
+    def infer_all(self, batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Many inferences, one per batch, in order. Override when one call per batch is costly (a
+        browser page, an emulator)."""
+        return [self.infer(b) for b in batches]
+
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         """Milliseconds per inference over ``runs`` runs after ``warmup`` runs.
 

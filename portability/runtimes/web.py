@@ -35,6 +35,9 @@ MIN_WARMUP_MS = 250.0
 #: timed in batches and the sample is their mean
 MIN_SAMPLE_MS = 1.0
 
+#: feeds of many batches go to the page in blobs of at most this size
+MAX_BLOB_BYTES = 32 * 2**20
+
 #: the browser's full version (the user-agent string carries a reduced one)
 _BROWSER_VERSION = """async () => {
   const d = navigator.userAgentData;
@@ -136,6 +139,19 @@ class WebRuntime(Runtime):
         self._info = res.get("info") or self._info
         return self.from_page(_unpack(res["outputs"], self._server.take_blob(out_name)))
 
+    def infer_all(self, batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """One page call per group of batches (a group's feeds travel as one blob, its outputs as another)."""
+        out: list[dict[str, np.ndarray]] = []
+        for group in _groups(batches, MAX_BLOB_BYTES):
+            out_name = f"out-{next(self._ids)}"
+            with self._feeds(*group) as spec:
+                res = self._call("s => harness.inferMany(s)", {"url": spec["url"], "batches": spec["batches"],
+                                                              "out": self._server.base + "io/" + out_name})
+            self._info = res.get("info") or self._info
+            data = self._server.take_blob(out_name)
+            out += [self.from_page(_unpack(descs, data)) for descs in res["outputs"]]
+        return out
+
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         with self._feeds(feeds) as spec:
             res = self._call("s => harness.time(s)", {"feeds": spec, "warmup": int(warmup), "runs": int(runs),
@@ -164,23 +180,27 @@ class WebRuntime(Runtime):
 
     # -- plumbing ------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _feeds(self, feeds: dict[str, np.ndarray]) -> Iterator[dict[str, Any]]:
-        """The feeds, mapped for the page, as one blob on the server for the call's duration."""
+    def _feeds(self, *batches: dict[str, np.ndarray]) -> Iterator[dict[str, Any]]:
+        """One or more batches of feeds, mapped for the page, as one blob on the server for the call's
+        duration: ``tensors`` describes the first batch, ``batches`` every batch."""
         if self._server is None:
             raise RunError("the web runtime is not loaded")
-        tensors, chunks, offset = [], [], 0
-        for name, a in self.to_page(feeds).items():
-            a = np.ascontiguousarray(a)
-            if a.dtype.name not in PAGE_DTYPES:
-                raise RunError(f"input '{name}': dtype {a.dtype} cannot be sent to the page")
-            b = a.tobytes()
-            tensors.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape), "offset": offset, "nbytes": len(b)})
-            chunks.append(b)
-            offset += len(b)
+        all_tensors, chunks, offset = [], [], 0
+        for feeds in batches:
+            tensors = []
+            for name, a in self.to_page(feeds).items():
+                a = np.ascontiguousarray(a)
+                if a.dtype.name not in PAGE_DTYPES:
+                    raise RunError(f"input '{name}': dtype {a.dtype} cannot be sent to the page")
+                b = a.tobytes()
+                tensors.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape), "offset": offset, "nbytes": len(b)})
+                chunks.append(b)
+                offset += len(b)
+            all_tensors.append(tensors)
         name = f"in-{next(self._ids)}"
         url = self._server.put_blob(name, b"".join(chunks))
         try:
-            yield {"url": url, "tensors": tensors}
+            yield {"url": url, "tensors": all_tensors[0], "batches": all_tensors}
         finally:
             self._server.take_blob(name)
 
@@ -198,6 +218,20 @@ class WebRuntime(Runtime):
             errors = self._browser.console_text() if self._browser else []
             msg = errors[-1] if errors else "unknown error in the page"
         return f"{_STAGES.get(res.get('stage'), 'in the page')}: {msg[:2000]}"
+
+
+def _groups(batches: list[dict[str, np.ndarray]], max_bytes: int) -> Iterator[list[dict[str, np.ndarray]]]:
+    group: list[dict[str, np.ndarray]] = []
+    size = 0
+    for b in batches:
+        n = sum(a.nbytes for a in b.values())
+        if group and size + n > max_bytes:
+            yield group
+            group, size = [], 0
+        group.append(b)
+        size += n
+    if group:
+        yield group
 
 
 def _unpack(descs: list[dict[str, Any]], data: bytes) -> dict[str, np.ndarray]:

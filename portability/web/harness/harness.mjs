@@ -1,7 +1,7 @@
 // The page side of a web run. Python drives it through page.evaluate("harness.<step>(arg)");
 // every step resolves to {ok: true, ...} or {ok: false, stage, error} (never a rejected promise),
 // and every duration is measured here with performance.now().
-import {fetchTensors, putTensors} from './io.mjs';
+import {fetchBlob, fetchTensors, putBatches, putTensors, tensorsFrom} from './io.mjs';
 
 const ENGINES = {ort: './ort.mjs', tfjs: './tfjs.mjs', litert: './litert.mjs'};
 let engine = null;
@@ -51,6 +51,23 @@ async function infer(spec) {
   });
 }
 
+// Many batches in one call (a labelled dataset): one blob in, one blob out, one run per batch.
+async function inferMany(spec) {
+  return guard('run', async () => {
+    const buf = await fetchBlob(spec.url);
+    const results = [];
+    for (const tensors of spec.batches) {
+      const inputs = engine.prepare(tensorsFrom(buf, tensors));
+      try {
+        results.push(await engine.run(inputs));
+      } finally {
+        engine.release(inputs);
+      }
+    }
+    return {outputs: await putBatches(spec.out, results), info: engine.info()};
+  });
+}
+
 // Steady state: the feeds are fetched and prepared once, then runs are timed alone (including reading
 // the outputs back to the CPU, as an application would). The warm-up lasts at least minWarmupMs (the JS
 // glue around wasm is JIT-compiled over the first thousands of fast runs). performance.now() ticks in
@@ -95,4 +112,4 @@ async function close() {
   });
 }
 
-window.harness = {setup, infer, time, close, isolated: () => self.crossOriginIsolated === true};
+window.harness = {setup, infer, inferMany, time, close, isolated: () => self.crossOriginIsolated === true};

@@ -10,11 +10,19 @@ export const ARRAYS = {
 
 // spec: {url, tensors: [{name, dtype, shape, offset, nbytes}]} -> {name: {dtype, shape, data}}
 export async function fetchTensors(spec) {
-  const resp = await fetch(spec.url);
-  if (!resp.ok) throw new Error(`feeds: HTTP ${resp.status} for ${spec.url}`);
-  const buf = await resp.arrayBuffer();
+  return tensorsFrom(await fetchBlob(spec.url), spec.tensors);
+}
+
+export async function fetchBlob(url) {
+  const resp = await fetch(url);
+  if (!resp.ok) throw new Error(`feeds: HTTP ${resp.status} for ${url}`);
+  return resp.arrayBuffer();
+}
+
+// the tensors one descriptor list names in a fetched blob
+export function tensorsFrom(buf, tensors) {
   const out = {};
-  for (const t of spec.tensors) {
+  for (const t of tensors) {
     const Ctor = ARRAYS[t.dtype];
     if (!Ctor) throw new Error(`input '${t.name}': dtype ${t.dtype} is not supported by the harness`);
     out[t.name] = {dtype: t.dtype, shape: t.shape, data: new Ctor(buf.slice(t.offset, t.offset + t.nbytes))};
@@ -24,18 +32,29 @@ export async function fetchTensors(spec) {
 
 // tensors: {name: {dtype, shape, data}} -> descriptors; the bytes go to `url` in one PUT
 export async function putTensors(url, tensors) {
-  const descs = [];
+  return (await putBatches(url, [tensors]))[0];
+}
+
+// several batches of outputs in one PUT: one descriptor list per batch, offsets into the one body
+export async function putBatches(url, batches) {
+  const all = [];
   let total = 0;
-  for (const [name, t] of Object.entries(tensors)) {
-    descs.push({name, dtype: t.dtype, shape: Array.from(t.shape, Number), offset: total, nbytes: t.data.byteLength});
-    total += t.data.byteLength;
+  for (const tensors of batches) {
+    const descs = [];
+    for (const [name, t] of Object.entries(tensors)) {
+      descs.push({name, dtype: t.dtype, shape: Array.from(t.shape, Number), offset: total, nbytes: t.data.byteLength});
+      total += t.data.byteLength;
+    }
+    all.push(descs);
   }
   const body = new Uint8Array(total);
-  for (const d of descs) {
-    const t = tensors[d.name].data;
-    body.set(new Uint8Array(t.buffer, t.byteOffset, t.byteLength), d.offset);
-  }
+  all.forEach((descs, i) => {
+    for (const d of descs) {
+      const t = batches[i][d.name].data;
+      body.set(new Uint8Array(t.buffer, t.byteOffset, t.byteLength), d.offset);
+    }
+  });
   const resp = await fetch(url, {method: 'PUT', body});
   if (!resp.ok) throw new Error(`outputs: HTTP ${resp.status}`);
-  return descs;
+  return all;
 }
