@@ -95,7 +95,6 @@ def test_one_onnx2tf_run_serves_every_variant(work):
 
 
 def test_ort_format_conversion_and_run(tmp_path):
-    from portability.converters.ort_format import OrtFromOnnx  # noqa: F401  (the chain names it)
     from portability.runtimes.ort_mobile import OrtMobile
     from portability.targets.mobile import ORT_CHAIN
 

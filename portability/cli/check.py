@@ -79,7 +79,6 @@ def check(
     """Convert MODEL for each target, run it there, compare with server/ort-cpu, and report.
 
     Exit 0 when every gating target passed, 1 when one failed, 2 on a usage error or bad model/input."""
-    import os
 
     import psutil
     from rich.console import Console

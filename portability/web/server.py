@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import shutil
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -188,9 +187,10 @@ class _Handler(BaseHTTPRequestHandler):
         size = path.stat().st_size
         self._headers(200, MIME.get(path.suffix, "application/octet-stream"), size)
         with open(path, "rb") as f:
-            shutil.copyfileobj(f, self.wfile, 1 << 20)
-        with self.owner._lock:
-            self.owner.served[f"{route}/{rel}"] += size
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                with self.owner._lock:  # counted before it is sent: whoever received it sees the count
+                    self.owner.served[f"{route}/{rel}"] += len(chunk)
+                self.wfile.write(chunk)
 
     def do_PUT(self) -> None:
         parts = self._split()
