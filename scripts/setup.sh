@@ -21,6 +21,8 @@ if want apt; then
   for p in chromium qemu-user-static debootstrap; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
   done
+  command -v npm >/dev/null || need+=(nodejs npm)
+  $PY -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
   if [ ${#need[@]} -gt 0 ]; then
     say "apt-get install ${need[*]}"
     $SUDO apt-get update -qq
@@ -28,11 +30,14 @@ if want apt; then
   fi
 fi
 
-# --- Python: torch first (the local CPU build), then the pinned set, then the --no-deps set ------
+# --- Python: the pinned set, then the set whose declared dependencies must not be followed -------
 pyreq_hash=$(sha256sum requirements/*.txt pyproject.toml | sha256sum | cut -c1-16)
 if want pip && [ ! -f "$STAMP_DIR/pip-$pyreq_hash" ]; then
   say "pip install (pinned stack, a few minutes the first time)"
-  $PY -m pip install -q torch==2.13.0
+  # Debian's own python3 refuses system-wide pip installs (PEP 668); this script is the system's installer
+  if $PY -c "import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) else 1)"; then
+    export PIP_BREAK_SYSTEM_PACKAGES=1
+  fi
   $PY -m pip install -q -r requirements/main.txt
   $PY -m pip install -q --no-deps -r requirements/nodeps.txt
   $PY -m pip install -q --no-deps -e .

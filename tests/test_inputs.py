@@ -85,9 +85,22 @@ def test_dataset_gives_accuracy(tmp_path):
     ({"x": np.zeros((3, 1, 28, 28), np.float32), "y": np.zeros(4, np.int64)}, "has 3 samples but y has 4"),
     ({"x": np.zeros((3, 28, 28), np.float32), "y": np.zeros(3, np.int64)}, "samples have shape [28, 28], expected [1, 28, 28]"),
     ({"x": np.zeros((3, 1, 28, 28), np.float32), "y": np.zeros(3, np.float32)}, "integer class labels"),
+    ({"x": np.float32(3), "y": np.zeros(3, np.int64)}, "has 0 samples but y has 3"),
 ])
 def test_bad_dataset_exits_2(tmp_path, arrays, needle):
     np.savez(tmp_path / "d.npz", **arrays)
     p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--dataset", str(tmp_path / "d.npz"))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert needle in p.stderr, p.stderr
+
+
+def test_npz_claiming_huge_arrays_is_refused_from_its_header(tmp_path):
+    import io
+    import zipfile
+
+    b = io.BytesIO()
+    np.lib.format.write_array_header_1_0(b, {"descr": "<f4", "fortran_order": False, "shape": (10**6, 10**6)})
+    with zipfile.ZipFile(tmp_path / "huge.npz", "w") as z:
+        z.writestr("x.npy", b.getvalue() + bytes(16))
+    p = run_cli("check", str(FIXTURES / "two_outputs.onnx"), "--inputs", str(tmp_path / "huge.npz"))
+    assert p.returncode == 2 and "GiB" in p.stderr and "Traceback" not in p.stderr

@@ -53,12 +53,18 @@ def test_cross_check_does_not_fail_the_run_unless_gated(tmp_path):
     assert by_id(r)["server/onnx-reference"]["gating"] is True
 
 
-@pytest.mark.parametrize("flag, value", [("--max-abs", "1"), ("--cosine", "0.5")])
-def test_thresholds_from_flags(tmp_path, flag, value):
-    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/noisy", "--runs", "0", "--max-abs", "1",
-                   "--cosine", "0.5", "--min-top1", "0", env=TEST_TARGETS, expect_rc=0)
-    assert by_id(r)["test/noisy"]["status"] == "pass"
-    assert by_id(r)["test/noisy"]["thresholds"]["max_abs"] == 1
+@pytest.mark.parametrize("flags, passes", [
+    (("--max-abs", "1", "--cosine", "0.5", "--min-top1", "0"), True),
+    (("--max-abs", "1", "--cosine", "0.999999", "--min-top1", "0"), False),  # a tighter cosine catches it
+    (("--cosine", "0.5", "--min-top1", "0"), False),  # the default max_abs bound still catches it
+])
+def test_thresholds_from_flags(tmp_path, flags, passes):
+    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/noisy", "--runs", "0", *flags,
+                   env=TEST_TARGETS, expect_rc=0 if passes else 1)
+    noisy = by_id(r)["test/noisy"]
+    assert noisy["status"] == ("pass" if passes else "drift")
+    if "--max-abs" in flags:
+        assert noisy["thresholds"]["max_abs"] == 1
 
 
 def test_thresholds_from_pyproject(tmp_path):
@@ -92,3 +98,10 @@ def test_reference_named_odd_one_out_when_others_agree(tmp_path):
     r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/noisy,server/ort-cpu-noopt", "--runs", "0",
                    env=TEST_TARGETS, expect_rc=1)
     assert not any("odd one out" in n for n in r["notes"])
+
+
+def test_unknown_gate_id_is_a_usage_error():
+    from conftest import run_cli
+
+    p = run_cli("check", str(FIXTURES / "mlp.onnx"), "--gate", "web/ort-wasn")
+    assert p.returncode == 2 and "--gate names 'web/ort-wasn'" in p.stderr

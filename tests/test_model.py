@@ -123,3 +123,11 @@ def test_external_data_model_runs_from_a_copy(tmp_path):
     shutil.copytree(FIXTURES / "external", folder)
     p = run_cli("check", str(folder / "mlp.onnx"), "--runs", "0", "-q")
     assert p.returncode == 0, p.stderr
+
+
+def test_model_without_inputs(tmp_path):
+    c = helper.make_node("Constant", [], ["y"], value=numpy_helper.from_array(np.ones((1, 4), np.float32)))
+    m = _tiny([c], [], [Y])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "const.onnx")
+    _assert_exit2(tmp_path / "const.onnx", needle="no inputs")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import by_id, check_json
+from conftest import by_id, check_json
 
 
 def _web_missing() -> str | None:

@@ -80,6 +80,8 @@ def check(
 
     Exit 0 when every gating target passed, 1 when one failed, 2 on a usage error or bad model/input."""
 
+    import os
+
     import psutil
     from rich.console import Console
 
@@ -107,6 +109,11 @@ def check(
                 d.pop(k, None)
     gates = [g.strip() for item in (gate or cfg.get("gate", [])) for g in item.split(",") if g.strip()]
     mem = pick(memory_limit_mb, "memory_limit_mb", psutil.virtual_memory().total / 2**20 * 0.8)
+    if mem is not None and mem <= 0:
+        raise UsageError("--memory-limit-mb must be positive")
+    for out_path in (json_path, junit_path):
+        if out_path is not None and not (out_path.parent.is_dir() and os.access(out_path.parent, os.W_OK)):
+            raise UsageError(f"cannot write a report to {out_path}: its folder does not exist or is not writable")
     opts = CheckOptions(
         targets=pick(targets, "targets", "server"),
         inputs=inputs, dataset=dataset, shapes=list(shape or []),
@@ -116,6 +123,7 @@ def check(
         limits=Limits(convert_timeout_s=float(pick(convert_timeout, "convert_timeout", 900)),
                       run_timeout_s=float(pick(timeout, "timeout", 300)), memory_mb=float(mem) if mem else None),
         thresholds=user_t, target_thresholds=per_target, gate=gates,
+        timeout_explicit=timeout is not None or "timeout" in cfg,
         use_cache=not no_cache, cache_dir=cache_dir, jobs=pick(jobs, "jobs", 1),
     )
     info = load_model(model)
@@ -140,6 +148,9 @@ def check(
     if junit_path:
         write_junit(report, junit_path)
     gating_failed = [t.id for t in report.targets if t.gating and t.failed]
+    skipped = [t.id for t in report.targets if t.status == "skipped"]
+    if skipped:
+        err.print(f"[yellow]{len(skipped)} of {len(report.targets)} targets skipped[/] (not available here: see each reason)")
     if report.passed:
         err.print("[green]passed[/]: every gating target is within its thresholds")
         return 0

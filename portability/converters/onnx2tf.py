@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.base import ConvertContext, Converter, package_version
 from portability.converters.tflite_layout import describe_tflite, onnx_signature
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError, Unavailable
 
-SNAPSHOT = ("portability.converters.onnx_snapshot:OnnxFromOnnx", {"inline": True})
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 QUANTS = ("fp32", "fp16", "dynint8", "int8")
 _FLOAT_FILES = {"fp32": "float32", "fp16": "float16"}

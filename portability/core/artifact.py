@@ -56,14 +56,6 @@ def sha256_files(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def size_info(files: list[Path]) -> dict:
     """Raw and gzip (level 6, as a web server would send it) byte counts over the files."""
     raw = 0
@@ -83,4 +75,4 @@ def write_meta(artifact: Artifact, folder: Path) -> None:
     (folder / META_FILE).write_text(json.dumps(artifact.to_dict(), indent=1, sort_keys=True))
 
 
-__all__ = ["Artifact", "sha256_file", "sha256_files", "size_info", "write_meta"]
+__all__ = ["Artifact", "sha256_files", "size_info", "write_meta"]

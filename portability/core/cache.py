@@ -81,6 +81,8 @@ class Cache:
                 art = Artifact(path=entry / art.path, format=art.format, sha256=art.sha256, meta=art.meta)
                 if art.path.exists():
                     return art, True
+            if entry.exists():  # damaged (files removed by hand, an interrupted copy): convert anew
+                shutil.rmtree(entry, ignore_errors=True)
             entry.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         else:

@@ -57,8 +57,8 @@ def parse_shapes(specs: list[str] | None, model: ModelInfo) -> dict[str, tuple[i
             name, dims = names[0], s
         if name not in names:
             raise UsageError(f"--shape names unknown input '{name}' (inputs: {', '.join(names)})")
-        if not re.fullmatch(r"\d+(x\d+)*", dims):
-            raise UsageError(f"--shape '{s}': dims must look like 1x3x224x224")
+        if not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*", dims):
+            raise UsageError(f"--shape '{s}': dims must be positive, like 1x3x224x224")
         shape = tuple(int(d) for d in dims.split("x"))
         spec = next(i for i in model.inputs if i.name == name)
         if len(shape) != len(spec.shape):
@@ -140,15 +140,42 @@ def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
     with open(path, "rb") as f:
         if f.read(4) != b"PK\x03\x04":
             raise BadInput(f"{path} is not a readable .npz file (not a zip archive; save it with numpy.savez)")
+    _check_npz_sizes(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
+    except MemoryError:
+        raise BadInput(f"{path}: its arrays do not fit in memory") from None
     except ValueError as e:
         if "pickle" in str(e):
             raise BadInput(f"{path} holds Python objects: pickled data is refused (save plain numeric arrays)") from None
         raise BadInput(f"{path} is not a readable .npz file: {e}") from None
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__})") from None
+
+
+def _check_npz_sizes(path: Path) -> None:
+    """Refuse, from the array headers alone, members that claim more memory than the machine has."""
+    import psutil
+
+    budget = psutil.virtual_memory().available // 2
+    total = 0
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                with zf.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = reader(f)
+                if dtype.hasobject:
+                    raise BadInput(f"{path}: array '{info.filename[:-4]}' holds Python objects: pickled data is refused (save plain numeric arrays)")
+                total += int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__}: {e})") from None
+    if total > budget:
+        raise BadInput(f"{path}: its arrays claim {total / 2**30:.1f} GiB, more than half the memory available here")
 
 
 def _conform(name: str, arr: np.ndarray, spec: TensorSpec, shape: tuple[int, ...] | None, where: str, warnings: list[str]) -> np.ndarray:
@@ -215,11 +242,13 @@ def from_dataset(model: ModelInfo, path: Path, shapes: dict[str, tuple[int, ...]
     for spec in model.inputs:
         x = per_input[spec.name]
         shape = shapes[spec.name]
-        if x.shape[0] != n:
-            raise BadInput(f"{path}: input '{spec.name}' has {x.shape[0]} samples but y has {n}")
+        if x.ndim == 0 or x.shape[0] != n:
+            raise BadInput(f"{path}: input '{spec.name}' has {x.shape[0] if x.ndim else 0} samples but y has {n}")
         if x.ndim != len(shape) or tuple(x.shape[1:]) != shape[1:]:
             raise BadInput(f"{path}: input '{spec.name}' samples have shape {list(x.shape[1:])}, expected {list(shape[1:])} (model input {_fmt(spec.shape)})")
-        batch = shape[0] if batch is None else batch
+        if batch is not None and shape[0] != batch:
+            raise BadInput(f"{path}: inputs have different batch sizes ({batch} and {shape[0]} for '{spec.name}'); set them with --shape")
+        batch = shape[0]
         arrays[spec.name] = x
     if limit:
         n = min(n, limit)

@@ -45,7 +45,6 @@ class ModelInfo:
     external_data: tuple[str, ...] = ()
     #: integer inputs used as Gather indices into a table: name -> exclusive upper bound
     index_bounds: dict[str, int] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
 
     def artifact(self) -> Artifact:
         return Artifact(path=self.path, format="onnx", sha256=self.sha256)
@@ -95,16 +94,10 @@ def confined_location(model_dir: Path, location: str, tensor_name: str = "?") ->
 
 
 def external_data_files(path: Path) -> list[Path]:
-    """The (confined) external data files a model file references, without loading the data."""
+    """The (confined, range-checked) external data files a model file references, without loading them."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    files: list[Path] = []
-    for t in _tensors_with_external_data(model):
-        p = confined_location(path.parent, _location(t), t.name)
-        if p not in files:
-            files.append(p)
-    return files
+    return _check_external_ranges(onnx.load(str(path), load_external_data=False), path.parent)
 
 
 def _check_external_ranges(model, model_dir: Path) -> list[Path]:
@@ -167,6 +160,7 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     p = Path(path)
     if not p.exists():
         raise BadModel(f"model file not found: {p}")
+    p = p.resolve()  # a symlinked model: its data lies beside the real file
     if p.is_dir():
         raise BadModel(f"{p} is a folder; give the .onnx file")
     import onnx
@@ -190,7 +184,6 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
         if o.domain in ("", "ai.onnx") and not 1 <= o.version <= latest:
             raise BadModel(f"unknown ONNX opset {o.version} (this onnx {onnx.__version__} knows 1..{latest})")
 
-    warnings: list[str] = []
     try:
         onnx.checker.check_model(str(p), full_check=True)
     except onnx.checker.ValidationError as e:
@@ -206,19 +199,20 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
     outputs = tuple(_spec(vi) for vi in model.graph.output)
     if not outputs:
         raise BadModel("the model's graph has no outputs")
+    if not inputs:
+        raise BadModel("the model's graph has no inputs: there is nothing to feed it")
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x) or "unknown"
     digest = sha256_files([p] + files)
     return ModelInfo(
-        path=p.resolve(),
+        path=p,
         sha256=digest,
         size_bytes=p.stat().st_size + sum(f.stat().st_size for f in files),
         opset=opset,
         producer=producer,
         inputs=inputs,
         outputs=outputs,
-        external_data=tuple(str(f.relative_to(p.parent.resolve())) for f in files),
+        external_data=tuple(str(f.relative_to(p.parent)) for f in files),
         index_bounds=_index_bounds(model, {i.name for i in inputs}),
-        warnings=tuple(warnings),
     )
 
 

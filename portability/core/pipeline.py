@@ -19,7 +19,7 @@ import portability
 from portability.core import inputs as inp
 from portability.core.errors import UsageError
 from portability.core.model import ModelInfo, load_model
-from portability.core.runner import Limits, run_worker
+from portability.core.runner import Limits, kill_all, log_tail, run_worker
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
 from portability.metrics.latency import summarize
@@ -49,6 +49,8 @@ class CheckOptions:
     target_thresholds: dict = field(default_factory=dict)
     #: "+id"/"id" makes a target (or platform) gating, "-id" a cross-check
     gate: list[str] = field(default_factory=list)
+    #: the user set the run time limit: it then applies also to targets with a limit of their own
+    timeout_explicit: bool = False
     use_cache: bool = True
     cache_dir: Path | None = None
     jobs: int = 1
@@ -85,6 +87,10 @@ def prepare_feeds(model: ModelInfo, opts: CheckOptions) -> inp.Feeds:
 def apply_gate(targets: list[Target], gate: list[str]) -> list[Target]:
     from dataclasses import replace
 
+    known = {t.id for t in targets} | {t.platform for t in targets} | {"all"}
+    for rule in gate:
+        if rule.lstrip("+-") not in known:
+            raise UsageError(f"--gate names '{rule.lstrip('+-')}', which is not among the targets of this check")
     out = []
     for t in targets:
         g = t.gating
@@ -118,11 +124,25 @@ def environment() -> dict:
             "cores": os.cpu_count(), "packages": pkgs}
 
 
-def _load_outputs(path: Path, names: list[str]) -> dict[str, np.ndarray]:
+def _load_outputs(path: Path, names: list[str]) -> dict[str, np.ndarray | list[np.ndarray]]:
+    """Outputs stacked over batches, or a list of per-batch arrays where the shape varies."""
     if not path.is_file():
         return {}
+    out: dict[str, np.ndarray | list[np.ndarray]] = {}
     with np.load(path, allow_pickle=False) as z:
-        return {n: z[f"out{i}"] for i, n in enumerate(names) if f"out{i}" in z.files}
+        for i, n in enumerate(names):
+            if f"out{i}" in z.files:
+                out[n] = z[f"out{i}"]
+            else:
+                parts = sorted((int(k.rsplit(".", 1)[1]), k) for k in z.files if k.startswith(f"out{i}."))
+                if parts:
+                    out[n] = [z[k] for _, k in parts]
+    return out
+
+
+def _empty_metrics() -> dict:
+    return {"outputs": {}, "top1_agreement": None, "accuracy": None, "accuracy_delta": None, "latency_ms": None,
+            "peak_rss_mb": None, "robustness": None}
 
 
 class _Run:
@@ -162,6 +182,7 @@ class _Run:
         self.progress.target_started(target)
         t0 = time.monotonic()
         base = dict(id=target.id, platform=target.platform, gating=target.gating)
+        base.update(metrics=_empty_metrics(), thresholds=self.thresholds_for(target))
         if skip_reason:
             res = TargetResult(status="skipped", error=skip_reason, **base)
         else:
@@ -170,8 +191,8 @@ class _Run:
                 res = TargetResult(status="skipped", error=avail.reason, hint=avail.hint, **base)
             else:
                 limits = self.opts.limits
-                if target.run_timeout_s:
-                    limits = Limits(limits.convert_timeout_s, max(target.run_timeout_s, 0), limits.memory_mb)
+                if target.run_timeout_s and not self.opts.timeout_explicit:
+                    limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
                 wdir = self.workdir / target.id.replace("/", "__")
                 raw = run_worker(self.job(target), wdir, limits, lambda ph: self.progress.target_phase(target, ph))
                 res = self.evaluate(target, raw, wdir)
@@ -188,9 +209,7 @@ class _Run:
             if raw.get(k):
                 details[k] = raw[k]
         notes: list[str] = []
-        metrics: dict = {"outputs": {}, "top1_agreement": None, "accuracy": None, "accuracy_delta": None,
-                         "latency_ms": summarize(raw.get("latency")), "peak_rss_mb": raw.get("peak_rss_mb"),
-                         "robustness": None}
+        metrics = dict(_empty_metrics(), latency_ms=summarize(raw.get("latency")), peak_rss_mb=raw.get("peak_rss_mb"))
         art = raw.get("artifact")
         t = self.thresholds_for(target)
         gating = target.gating
@@ -203,7 +222,7 @@ class _Run:
                       hint=raw.get("hint"))
         if status != "ok":
             if status in ("crashed", "timeout", "run-error", "load-error", "convert-error"):
-                tail = _log_tail(Path(raw.get("log", wdir / "worker.log")))
+                tail = log_tail(Path(raw.get("log", wdir / "worker.log")))
                 if tail:
                     details["log_tail"] = tail
             return TargetResult(status=status, error=raw.get("error"), metrics=metrics, details=details,
@@ -221,7 +240,7 @@ class _Run:
             metrics["accuracy"] = self.ref_accuracy = acc.accuracy(outs, self.feeds.labels, self.score_name)
             return TargetResult(status="pass", metrics=metrics, details=details, **common)
 
-        per, agreement, problems = drift.compare(self.ref_outputs, outs, details.get("output_quant"))
+        per, agreement, problems = drift.compare(self.ref_outputs, outs, details.get("output_quant"), self.out_names)
         metrics["outputs"] = per
         metrics["top1_agreement"] = agreement
         a = acc.accuracy(outs, self.feeds.labels, self.score_name)
@@ -268,14 +287,6 @@ def _with(res: TargetResult, **kw) -> TargetResult:
     return replace(res, **kw)
 
 
-def _log_tail(path: Path, n: int = 12) -> list[str]:
-    try:
-        lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return []
-    return lines[-n:]
-
-
 def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress | None = None,
           model: ModelInfo | None = None) -> Report:
     """Run a whole check. Raises UsageError (bad model / input / flags) before any target runs."""
@@ -298,11 +309,17 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             why = f"the reference {REFERENCE} did not run ({ref.status}): nothing to compare with"
             results += [run.run(t, skip_reason=why) for t in rest]
         elif opts.jobs > 1 and len(rest) > 1:
-            with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+            pool = ThreadPoolExecutor(max_workers=opts.jobs)
+            try:
                 results += list(pool.map(run.run, rest))
+            except BaseException:  # Ctrl-C: stop every worker (they run in sessions of their own)
+                kill_all()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
         else:
             results += [run.run(t) for t in rest]
-        notes = list(model.warnings) + list(feeds.warnings) + run.odd_one_out(results)
+        notes = list(feeds.warnings) + run.odd_one_out(results)
         if opts.jobs > 1:
             notes.append(f"targets ran {opts.jobs} at a time: latencies include contention (use --jobs 1 for clean timings)")
     finally:

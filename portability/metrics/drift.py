@@ -41,7 +41,7 @@ def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -
 
 def looks_like_scores(arr: np.ndarray) -> bool:
     """[batches, (batch,) classes] floats (as stacked by the worker), more than one class."""
-    return arr.dtype.kind == "f" and arr.ndim in (2, 3) and arr.shape[-1] > 1
+    return isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim in (2, 3) and arr.shape[-1] > 1
 
 
 def top1(arr: np.ndarray) -> np.ndarray:
@@ -54,18 +54,35 @@ def top1_agreement(ref: np.ndarray, got: np.ndarray) -> float | None:
     return float(np.mean(top1(ref) == top1(got)))
 
 
-def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], quant: dict | None = None) -> tuple[dict, float | None, list[str]]:
+def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], quant: dict | None = None,
+            names: list[str] | None = None) -> tuple[dict, float | None, list[str]]:
     """Per-output drift, the lowest top-1 agreement over score-like outputs, and structural problems
-    (missing outputs, shape changes) as messages — each one makes the target ``drift``."""
+    (missing outputs, shape changes) as messages — each one makes the target ``drift``. ``names``: every
+    output that must be compared (default: the reference's)."""
     quant = quant or {}
     per: dict[str, dict] = {}
     problems: list[str] = []
     agreements: list[float] = []
-    for name, r in ref.items():
+    for name in names or list(ref):
+        if name not in ref:
+            problems.append(f"output '{name}' cannot be compared: the reference gave no consistent value for it "
+                            "(its shape varies between inputs?)")
+            continue
+        r = ref[name]
         if name not in got:
             problems.append(f"output '{name}' is missing")
             continue
         g = got[name]
+        if isinstance(r, list) or isinstance(g, list):  # shapes vary between batches: compare batch by batch
+            rl, gl = (x if isinstance(x, list) else list(x) for x in (r, g))
+            bad = next((i for i, (a, b) in enumerate(zip(rl, gl)) if a.shape != b.shape), None)
+            if len(rl) != len(gl) or bad is not None:
+                i = bad or 0
+                problems.append(f"output '{name}' has shape {list(gl[i].shape)} for input batch {i}, reference {list(rl[i].shape)}")
+                continue
+            flat = lambda xs: np.concatenate([x.reshape(-1) for x in xs]) if xs else np.zeros(0)  # noqa: E731
+            per[name] = output_drift(flat(rl), flat(gl), (quant.get(name) or {}).get("scale"))
+            continue
         if r.shape != g.shape:
             if r.size != g.size:
                 problems.append(f"output '{name}' has shape {list(g.shape[1:])}, reference {list(r.shape[1:])}")
@@ -77,4 +94,6 @@ def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], quant: dict 
         if a is not None:
             per[name]["top1_agreement"] = a
             agreements.append(a)
+    if not per and not problems:
+        problems.append("no output could be compared")
     return per, (min(agreements) if agreements else None), problems

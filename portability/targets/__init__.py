@@ -14,21 +14,9 @@ REFERENCE = "server/ort-cpu"
 
 
 def registry() -> dict[str, Target]:
-    from portability.targets import server
+    from portability.targets import mobile, server, web
 
-    modules = [server]
-    try:  # platforms land one at a time; a missing module is simply not registered
-        from portability.targets import web
-
-        modules.append(web)
-    except ImportError:
-        pass
-    try:
-        from portability.targets import mobile
-
-        modules.append(mobile)
-    except ImportError:
-        pass
+    modules = [server, web, mobile]
     if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":
         from portability.targets import testing
 

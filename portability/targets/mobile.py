@@ -1,6 +1,7 @@
 """Mobile targets: LiteRT (TFLite, four precisions), ONNX Runtime Mobile (ORT format), and both on ARM64
 under emulation. The TFLite chains share one onnx2tf run through the cache (``tflite_chain``)."""
-from portability.converters.onnx2tf import SNAPSHOT, tflite_chain
+from portability.converters.onnx2tf import tflite_chain
+from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.targets.base import Target
 
 ORT_CHAIN = (SNAPSHOT, ("portability.converters.ort_format:OrtFromOnnx", {}))

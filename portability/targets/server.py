@@ -1,7 +1,7 @@
 """Server targets: ONNX Runtime and the ONNX reference evaluator, on the (snapshotted) ONNX model."""
+from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.targets.base import Target
 
-SNAPSHOT = ("portability.converters.onnx_snapshot:OnnxFromOnnx", {})
 
 TARGETS = [
     Target(

@@ -1,6 +1,6 @@
 """Targets that misbehave on purpose, for the test suite (enabled by PORTABILITY_TEST_TARGETS=1)."""
 from portability.targets.base import Target
-from portability.targets.server import SNAPSHOT
+from portability.converters.onnx_snapshot import SNAPSHOT
 
 TARGETS = [
     Target(id="test/abort", runtime="portability.runtimes.testing:Abort", converters=(SNAPSHOT,),

@@ -6,9 +6,9 @@ onnx2tf makes of it (SavedModel -> TF.js graph model; fp32 ``.tflite``).
 """
 import os
 
+from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.targets.base import Target
 
-SNAPSHOT = ("portability.converters.onnx_snapshot:OnnxFromOnnx", {"inline": True})
 SAVED_MODEL = ("portability.converters.onnx2tf:SavedModelFromOnnx", {})
 TFJS = ("portability.converters.tfjs:TfjsFromSavedModel", {})
 TFLITE_FP32 = ("portability.converters.onnx2tf:TfliteFromSavedModel", {"quant": "fp32"})
