@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from portability.mobile import arm64
-from tests.mobile_models import conv_model, convert, reference
+from mobile_models import conv_model, convert, reference
 
 _HOME = arm64.home()  # the user's provisioned environment, found before conftest privatizes the cache dir
 _OK, _WHY = arm64.status()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, by_id, check_json
-from tests.mobile_models import castlike_model, conv_model, convert, reference
+from mobile_models import castlike_model, conv_model, convert, reference
 
 _MISSING = [m for m in ("onnx2tf", "tensorflow", "tf_keras", "ai_edge_litert") if importlib.util.find_spec(m) is None]
 pytestmark = [pytest.mark.mobile,

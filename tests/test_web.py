@@ -167,7 +167,7 @@ def test_ort_wasm_matches_onnx_runtime(tmp_path):
 def test_converted_model_matches_onnx_runtime(tmp_path_factory, target):
     from portability.targets import registry
     from portability.targets.base import load_class
-    from tests.mobile_models import convert
+    from mobile_models import convert
 
     cache = tmp_path_factory.getbasetemp() / "web-cache"  # one onnx2tf run for both targets
     model = conv_net(tmp_path_factory.getbasetemp() / "web-conv" / "model.onnx")

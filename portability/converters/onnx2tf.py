@@ -50,7 +50,7 @@ def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _versions() -> str:
-    return f"1+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
+    return f"2+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
 def _require() -> None:
@@ -120,7 +120,7 @@ class SavedModelFromOnnx(Converter):
     """The onnx2tf step: a SavedModel (``path`` is its ``saved_model.pb``, signature ``serving_default``).
 
     Its folder also holds ``tflite/{fp32,fp16}.tflite``, onnx2tf's float files, which the TFLite steps
-    pick from (a SavedModel loader ignores them; a size measure of the SavedModel should skip them)."""
+    pick from (a SavedModel loader ignores them; the SavedModel's size leaves them out: ``not_part``)."""
 
     output_format = "saved_model"
 
@@ -145,6 +145,7 @@ class SavedModelFromOnnx(Converter):
             "onnx_signature": sig,
             "tflite_io": io,  # the SavedModel's signature has the same tensors and layouts as the fp32 tflite
             "float_tflite": {q: f"tflite/{q}.tflite" for q in _FLOAT_FILES},
+            "not_part": ["tflite"],  # onnx2tf's float .tflite files: kept here for the TFLite steps
             "onnx2tf_sample_data": "seeded noise (onnx2tf's internal checks only; never the calibration data)",
             "converter_warnings": warnings,
         })

@@ -32,8 +32,11 @@ class Artifact:
         return self.path.parent
 
     def files(self) -> list[Path]:
-        """Every file of the artifact (for size); the folder's files, minus our metadata."""
-        return sorted(p for p in self.folder.rglob("*") if p.is_file() and p.name != META_FILE)
+        """Every file of the artifact (for size): the folder's files, minus our metadata and the
+        sub-folders ``meta["not_part"]`` names (by-products a converter keeps beside it)."""
+        skip = [self.folder / d for d in self.meta.get("not_part", ())]
+        return sorted(p for p in self.folder.rglob("*")
+                      if p.is_file() and p.name != META_FILE and not any(s in p.parents for s in skip))
 
     def to_dict(self) -> dict:
         return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "meta": self.meta}

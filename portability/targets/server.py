@@ -27,6 +27,12 @@ TARGETS = [
         "(a cross-check: it has known wrong kernels)",
     ),
     Target(
+        id="server/tf",
+        runtime="portability.runtimes.tf_savedmodel:TfSavedModel",
+        converters=(SNAPSHOT, ("portability.converters.onnx2tf:SavedModelFromOnnx", {})),
+        description="TensorFlow on the SavedModel onnx2tf makes of the model (the ONNX -> TF hop)",
+    ),
+    Target(
         id="server/ort-cuda",
         runtime="portability.runtimes.ort:OrtCuda",
         converters=(SNAPSHOT,),

@@ -1,0 +1,87 @@
+"""TensorFlow running the SavedModel that onnx2tf makes of the ONNX model (``server/tf``).
+
+The SavedModel's ``serving_default`` signature has the same tensors, keys and layouts as onnx2tf's fp32
+``.tflite`` (recorded in ``artifact.meta["tflite_io"]``), so the LiteRT runtime's mapping applies: inputs
+go in channel-last where onnx2tf moved them, outputs come back in the ONNX layout.
+"""
+from __future__ import annotations
+
+import os
+import time as _time
+from typing import Any
+
+import numpy as np
+
+from portability.core.artifact import Artifact
+from portability.core.errors import LoadError, RunError
+from portability.runtimes.base import Availability, Runtime, modules_present
+from portability.runtimes.litert import from_tflite, tflite_io, to_tflite
+
+
+class TfSavedModel(Runtime):
+    input_format = "saved_model"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return modules_present("tensorflow", hint="pip install tensorflow-cpu (see requirements/)")
+
+    def load(self, artifact: Artifact) -> None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+
+        self._tf = tf
+        self.io = tflite_io(artifact)
+        try:
+            self.fn = tf.saved_model.load(str(artifact.folder)).signatures["serving_default"]
+        except Exception as e:
+            raise LoadError(f"TensorFlow cannot load the SavedModel: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        want = {e["key"] for e in self.io["inputs"]}
+        have = set(self.fn.structured_input_signature[1])
+        if want - have:
+            raise LoadError(f"the SavedModel's signature lacks input(s) {sorted(want - have)} (has {sorted(have)})")
+        onnx_outputs = [t["name"] for t in artifact.meta.get("onnx_signature", {}).get("outputs", [])]
+        self._dtypes = {t["name"]: t["dtype"] for t in artifact.meta.get("onnx_signature", {}).get("outputs", [])}
+        self._out_keys = [self._output_key(e, onnx_outputs) for e in self.io["outputs"]]
+
+    def _output_key(self, e: dict, onnx_outputs: list[str]) -> str:
+        """The signature key of one output: the ONNX name, else onnx2tf's ``output_<position>``; its
+        shape must be the one the mapping expects."""
+        outs = self.fn.structured_outputs
+        key = e["key"] if e["key"] in outs else f"output_{onnx_outputs.index(e['onnx'])}" if e["onnx"] in onnx_outputs else None
+        if key not in outs:
+            raise LoadError(f"no SavedModel output for ONNX output '{e['onnx']}' (signature outputs: {sorted(outs)})")
+        shape = outs[key].shape
+        if shape.rank != len(e["shape"]) or any(d is not None and d != w for d, w in zip(shape.as_list(), e["shape"])):
+            raise LoadError(f"SavedModel output '{key}' has shape {shape.as_list()}, expected {e['shape']} for '{e['onnx']}'")
+        return key
+
+    def describe(self) -> str:
+        return f"tensorflow {self._tf.__version__} (SavedModel, serving_default)"
+
+    def details(self) -> dict[str, Any]:
+        return {"layout": {e["onnx"]: e["to_tflite"] for e in self.io["inputs"] if e["to_tflite"] is not None}}
+
+    def _args(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+        return {e["key"]: self._tf.constant(a) for e, a in zip(self.io["inputs"], to_tflite(self.io, feeds))}
+
+    def _call(self, args: dict[str, Any]) -> list[np.ndarray]:
+        res = self.fn(**args)
+        return [res[k].numpy() for k in self._out_keys]
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return from_tflite(self.io, self._call(self._args(feeds)), self._dtypes)
+        except Exception as e:
+            raise RunError(f"TensorFlow failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+    def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
+        """Per call: run the signature on prepared tensors and read the outputs back to numpy."""
+        args, call, clock = self._args(feeds), self._call, _time.perf_counter
+        for _ in range(warmup):
+            call(args)
+        out = []
+        for _ in range(runs):
+            t0 = clock()
+            call(args)
+            out.append((clock() - t0) * 1e3)
+        return out

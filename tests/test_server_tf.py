@@ -1,0 +1,29 @@
+"""server/tf: TensorFlow on the SavedModel onnx2tf makes of the model, really run (the ONNX -> TF hop)."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from conftest import FIXTURES, by_id, check_json
+
+_MISSING = [m for m in ("onnx2tf", "tensorflow", "tf_keras") if importlib.util.find_spec(m) is None]
+pytestmark = [pytest.mark.mobile,
+              pytest.mark.skipif(bool(_MISSING), reason=f"TF stack not installed: {', '.join(_MISSING)}")]
+
+
+@pytest.mark.parametrize("name", ["lenet.onnx", "two_outputs.onnx"])
+def test_tf_savedmodel_matches_the_reference(tmp_path, name):
+    r = check_json(tmp_path, FIXTURES / name, "--targets", "server/tf", "--runs", "3")
+    tf = by_id(r)["server/tf"]
+    assert tf["status"] == "pass", tf
+    assert tf["runtime"].startswith("tensorflow ")
+    outs = tf["metrics"]["outputs"]
+    assert set(outs) == {o["name"] for o in r["model"]["outputs"]}  # every output, mapped back by name
+    assert all(o["max_abs"] < 1e-4 for o in outs.values())
+    assert tf["artifact"]["format"] == "saved_model"
+    # the SavedModel's size leaves out the float .tflite files kept beside it for the mobile targets
+    # (with them it would be about 2.5x the model: a SavedModel holds the weights once)
+    assert tf["artifact"]["size_bytes"] < 1.5 * r["model"]["size_bytes"]
+    if name == "lenet.onnx":
+        assert tf["details"]["layout"] == {"x": [0, 2, 3, 1]}  # NCHW fed channel-last, as onnx2tf made it
