@@ -31,17 +31,17 @@ def test_dynamic_dims_default_with_warning_or_from_shape_flag():
 
 
 def test_dynamic_batch_model_checks_with_shape(tmp_path):
-    r = check_json(tmp_path, FIXTURES / "mlp_dynamic.onnx", "--shape", "x=3x1x28x28", "--runs", "3")
+    r = check_json(tmp_path, FIXTURES / "mlp_dynamic.onnx", "--shape", "x=3x1x28x28", "-t", "server/ort-cpu-noopt", "--runs", "3")
     assert r["inputs"]["shapes"]["x"] == [3, 1, 28, 28]
     assert all(t["status"] in ("pass", "skipped") for t in r["targets"])
-    r = check_json(tmp_path, FIXTURES / "mlp_dynamic.onnx", "--runs", "3")
+    r = check_json(tmp_path, FIXTURES / "mlp_dynamic.onnx", "-t", "server/ort-cpu-noopt", "--runs", "3")
     assert any("dynamic" in n for n in r["notes"])
 
 
 def test_inputs_file_used_as_given(tmp_path):
     x = np.random.default_rng(1).random((2, 1, 8), dtype=np.float32)  # a stack of two batches
     np.savez(tmp_path / "in.npz", x=x)
-    r = check_json(tmp_path, FIXTURES / "two_outputs.onnx", "--inputs", str(tmp_path / "in.npz"), "--runs", "2")
+    r = check_json(tmp_path, FIXTURES / "two_outputs.onnx", "--inputs", str(tmp_path / "in.npz"), "-t", "server/ort-cpu-noopt", "--runs", "2")
     assert r["inputs"]["source"] == "file" and r["inputs"]["batches"] == 2
     assert set(r["targets"][1]["metrics"]["outputs"]) == {"probs", "features"}
 
@@ -72,7 +72,7 @@ def test_not_an_npz(tmp_path):
 
 
 def test_dataset_gives_accuracy(tmp_path):
-    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--dataset", str(FIXTURES / "digits.npz"), "--samples", "100", "--runs", "5")
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--dataset", str(FIXTURES / "digits.npz"), "--samples", "100", "-t", "server/ort-cpu-noopt", "--runs", "5")
     ref = r["targets"][0]
     assert r["inputs"]["source"] == "dataset" and r["inputs"]["samples"] == 100
     assert ref["metrics"]["accuracy"] > 0.9  # a trained LeNet on held-out digits

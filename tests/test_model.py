@@ -121,7 +121,7 @@ def test_external_data_missing_and_truncated(tmp_path):
 def test_external_data_model_runs_from_a_copy(tmp_path):
     folder = tmp_path / "ext"
     shutil.copytree(FIXTURES / "external", folder)
-    p = run_cli("check", str(folder / "mlp.onnx"), "--runs", "0", "-q")
+    p = run_cli("check", str(folder / "mlp.onnx"), "-t", "server/ort-cpu-noopt", "--runs", "0", "-q")
     assert p.returncode == 0, p.stderr
 
 

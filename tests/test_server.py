@@ -9,9 +9,19 @@ from portability.report.schema import STATUSES, Report
 FIXTURE_MODELS = ["lenet.onnx", "mlp.onnx", "mlp_dynamic.onnx", "two_outputs.onnx", "int64_ids.onnx", "external/mlp.onnx"]
 
 
+ORT_AND_REFERENCE = "server/ort-cpu-noopt,server/onnx-reference,server/ort-cuda"  # server/tf: test_server_tf.py
+
+
+def test_every_server_target_is_in_the_report(tmp_path):
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "server", "--runs", "2")
+    t = by_id(r)
+    assert set(t) == {"server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference", "server/tf", "server/ort-cuda"}
+    assert all(x["status"] in ("pass", "skipped") for x in t.values()), t
+
+
 @pytest.mark.parametrize("name", FIXTURE_MODELS)
 def test_server_targets_on_fixture(tmp_path, name):
-    r = check_json(tmp_path, FIXTURES / name, "--targets", "server", "--runs", "5")
+    r = check_json(tmp_path, FIXTURES / name, "--targets", ORT_AND_REFERENCE, "--runs", "5")
     t = by_id(r)
     assert set(t) == {"server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference", "server/ort-cuda"}
     for tid in ("server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference"):
@@ -40,7 +50,7 @@ def test_cuda_target_honest_status(tmp_path):
 
 
 def test_report_schema_v1(tmp_path):
-    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "server", "--runs", "3")
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", ORT_AND_REFERENCE, "--runs", "3")
     assert r["schema_version"] == 1 and r["tool"]["name"] == "portability"
     assert {"python", "platform", "cpu", "packages"} <= set(r["environment"])
     assert r["environment"]["packages"]["onnxruntime"]
@@ -65,20 +75,20 @@ def test_report_schema_v1(tmp_path):
 def test_cache_second_run_converts_nothing(tmp_path):
     cache = tmp_path / "c"
     env = {"PORTABILITY_CACHE_DIR": str(cache)}
-    first = check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", env=env)
-    second = check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", env=env)
+    first = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", env=env)
+    second = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", env=env)
     conv = lambda r: [c["cached"] for t in r["targets"] for c in t["details"].get("conversions", [])]  # noqa: E731
     ran = sum(t["status"] != "skipped" for t in second["targets"])
     assert conv(first)[0] is False and all(conv(second)) and len(conv(second)) == ran >= 3
     entries = list((cache / "artifacts").glob("*/*/artifact.json"))
     assert len(entries) == 1
-    nocache = check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", "--no-cache", env=env)
+    nocache = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", "--no-cache", env=env)
     assert not any(conv(nocache))
     assert len(list((cache / "artifacts").glob("*/*/artifact.json"))) == 1
 
 
 def test_junit_and_table_output(tmp_path):
-    p = run_cli("check", str(FIXTURES / "mlp.onnx"), "--runs", "2", "--junit", str(tmp_path / "j.xml"))
+    p = run_cli("check", str(FIXTURES / "mlp.onnx"), "-t", ORT_AND_REFERENCE, "--runs", "2", "--junit", str(tmp_path / "j.xml"))
     assert p.returncode == 0, p.stderr
     assert "server/ort-cpu-noopt" in p.stdout and "pass" in p.stdout
     xml = (tmp_path / "j.xml").read_text()
@@ -109,17 +119,17 @@ def test_output_whose_shape_varies_is_compared_batch_by_batch(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     save(m, tmp_path / "nz.onnx")
-    r = check_json(tmp_path, tmp_path / "nz.onnx", "--runs", "0")
+    r = check_json(tmp_path, tmp_path / "nz.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0")
     noopt = by_id(r)["server/ort-cpu-noopt"]
     assert noopt["status"] == "pass" and noopt["metrics"]["outputs"]["idx"]["max_abs"] == 0.0
 
 
 def test_damaged_cache_entry_is_rebuilt(tmp_path):
     env = {"PORTABILITY_CACHE_DIR": str(tmp_path / "c")}
-    check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", env=env)
+    check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", "server/ort-cpu", "--runs", "0", env=env)
     (model,) = (tmp_path / "c" / "artifacts").glob("*/*/model.onnx")
     model.unlink()
-    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--runs", "0", env=env)
+    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", "server/ort-cpu", "--runs", "0", env=env)
     assert r["targets"][0]["details"]["conversions"][0]["cached"] is False and model.is_file()
 
 
