@@ -131,3 +131,13 @@ def test_model_without_inputs(tmp_path):
     m.ir_version = 8
     onnx.save(m, tmp_path / "const.onnx")
     _assert_exit2(tmp_path / "const.onnx", needle="no inputs")
+
+
+def test_isolated_validation_gives_the_same_answer(tmp_path):
+    from portability.core.model import load_model_isolated
+
+    for name in ("lenet.onnx", "int64_ids.onnx", "external/mlp.onnx"):
+        assert load_model_isolated(FIXTURES / name) == load_model(FIXTURES / name)
+    (tmp_path / "t.onnx").write_text("garbage")
+    with pytest.raises(BadModel, match="not"):
+        load_model_isolated(tmp_path / "t.onnx")

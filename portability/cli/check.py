@@ -87,7 +87,7 @@ def check(
 
     from portability.core.config import find_config, load_config
     from portability.core.errors import UsageError
-    from portability.core.model import load_model
+    from portability.core.model import load_model_isolated
     from portability.core.pipeline import CheckOptions, check as run_check
     from portability.core.runner import Limits
     from portability.report.files import write_json, write_junit
@@ -126,7 +126,7 @@ def check(
         timeout_explicit=timeout is not None or "timeout" in cfg,
         use_cache=not no_cache, cache_dir=cache_dir, jobs=pick(jobs, "jobs", 1),
     )
-    info = load_model(model)
+    info = load_model_isolated(model)
     if not quiet:
         shape_s = ", ".join(f"{i.name} {i.dtype}[{','.join('?' if d is None else str(d) for d in i.shape)}]" for i in info.inputs)
         err.print(f"[bold]{model}[/]  opset {info.opset}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)

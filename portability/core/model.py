@@ -49,6 +49,13 @@ class ModelInfo:
     def artifact(self) -> Artifact:
         return Artifact(path=self.path, format="onnx", sha256=self.sha256)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelInfo":
+        return cls(path=Path(d["path"]), sha256=d["sha256"], size_bytes=d["size_bytes"], opset=d["opset"],
+                   producer=d["producer"], inputs=tuple(TensorSpec.from_dict(t) for t in d["inputs"]),
+                   outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
+                   external_data=tuple(d.get("external_data", ())), index_bounds=dict(d.get("index_bounds") or {}))
+
     def to_dict(self) -> dict:
         return {
             "path": str(self.path),
@@ -220,3 +227,38 @@ def _first_line(e: Exception) -> str:
     s = str(e).strip()
     lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
     return lines[0] if lines else type(e).__name__
+
+
+def load_model_isolated(path: str | os.PathLike, timeout_s: float = 600) -> ModelInfo:
+    """``load_model`` in a child process: a crafted file that crashes or hangs onnx's C++ checker costs
+    that child, not the run (the answer is then a BadModel, exit 2)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    try:
+        p = subprocess.run([sys.executable, "-m", "portability.core.model", str(path)], capture_output=True,
+                           text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise BadModel(f"validating {path} took longer than {timeout_s:g} s: refused") from None
+    if p.returncode < 0:
+        raise BadModel(f"validating {path} crashed onnx's checker ({signal.Signals(-p.returncode).name}): refused")
+    try:
+        answer = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BadModel(f"validating {path} failed: {(p.stderr.strip().splitlines() or ['no answer'])[-1]}") from None
+    if "error" in answer:
+        raise BadModel(answer["error"])
+    return ModelInfo.from_dict(answer)
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    try:
+        info = load_model(sys.argv[1])
+        print(json.dumps(dict(info.to_dict(), index_bounds=info.index_bounds)))
+    except BadModel as e:
+        print(json.dumps({"error": str(e)}))

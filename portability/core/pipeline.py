@@ -18,7 +18,7 @@ import numpy as np
 import portability
 from portability.core import inputs as inp
 from portability.core.errors import UsageError
-from portability.core.model import ModelInfo, load_model
+from portability.core.model import ModelInfo, load_model_isolated
 from portability.core.runner import Limits, kill_all, log_tail, run_worker
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
@@ -291,7 +291,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
           model: ModelInfo | None = None) -> Report:
     """Run a whole check. Raises UsageError (bad model / input / flags) before any target runs."""
     progress = progress or _Silent()
-    model = model or load_model(model_path)
+    model = model or load_model_isolated(model_path)
     feeds = prepare_feeds(model, opts)
     targets = apply_gate(expand(opts.targets, registry()), opts.gate)
     for tt in targets:
