@@ -34,6 +34,20 @@ def modules_present(*modules: str, hint: str) -> Availability:
     return Availability(True)
 
 
+def time_calls(fn, args: tuple, warmup: int, runs: int) -> list[float]:
+    """Milliseconds of each of ``runs`` calls ``fn(*args)``, after ``warmup`` untimed ones: the one timing
+    loop every runtime uses, around the runtime's own call and nothing else."""
+    clock = _time.perf_counter
+    for _ in range(warmup):
+        fn(*args)
+    out = []
+    for _ in range(runs):
+        t0 = clock()
+        fn(*args)
+        out.append((clock() - t0) * 1e3)
+    return out
+
+
 class Runtime(ABC):
     #: the artifact format it runs ("onnx", "ort", "tflite", "tfjs")
     input_format: ClassVar[str] = "onnx"
@@ -86,14 +100,7 @@ class Runtime(ABC):
 
         Override to time closer to the runtime (prepared feeds, inside a page); the default times
         ``infer``."""
-        for _ in range(warmup):
-            self.infer(feeds)
-        out = []
-        for _ in range(runs):
-            t0 = _time.perf_counter()
-            self.infer(feeds)
-            out.append((_time.perf_counter() - t0) * 1e3)
-        return out
+        return time_calls(self.infer, (feeds,), warmup, runs)
 
     def close(self) -> None:
         pass

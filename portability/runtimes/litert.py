@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-import time as _time
 from typing import Any
 
 import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
-from portability.runtimes.base import Availability, Runtime, modules_present
+from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
 
 KERNELS = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
 
@@ -170,15 +169,7 @@ class LiteRt(Runtime):
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         """Per call: set the prepared inputs, invoke, read the outputs (what an app does per frame)."""
         arrays = batches(self.io, to_tflite(self.io, feeds))[0]
-        run, clock = self._run, _time.perf_counter
-        for _ in range(warmup):
-            run(arrays)
-        out = []
-        for _ in range(runs):
-            t0 = clock()
-            run(arrays)
-            out.append((clock() - t0) * 1e3)
-        return out
+        return time_calls(self._run, (arrays,), warmup, runs)
 
     def close(self) -> None:
         self.it = None

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import re
-import time as _time
 from typing import Any
 
 import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, Unavailable
-from portability.runtimes.base import Availability, Runtime, modules_present
+from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
 
 _OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
@@ -80,15 +79,7 @@ class OrtCpu(Runtime):
         return dict(zip(self._out_names, outs))
 
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
-        run, names, clock = self.session.run, self._out_names, _time.perf_counter
-        for _ in range(warmup):
-            run(names, feeds)
-        out = []
-        for _ in range(runs):
-            t0 = clock()
-            run(names, feeds)
-            out.append((clock() - t0) * 1e3)
-        return out
+        return time_calls(self.session.run, (self._out_names, feeds), warmup, runs)
 
     def close(self) -> None:
         self.session = None

@@ -7,14 +7,13 @@ go in channel-last where onnx2tf moved them, outputs come back in the ONNX layou
 from __future__ import annotations
 
 import os
-import time as _time
 from typing import Any
 
 import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
-from portability.runtimes.base import Availability, Runtime, modules_present
+from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
 from portability.runtimes.litert import from_tflite, tflite_io, to_tflite
 
 
@@ -76,12 +75,4 @@ class TfSavedModel(Runtime):
 
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         """Per call: run the signature on prepared tensors and read the outputs back to numpy."""
-        args, call, clock = self._args(feeds), self._call, _time.perf_counter
-        for _ in range(warmup):
-            call(args)
-        out = []
-        for _ in range(runs):
-            t0 = clock()
-            call(args)
-            out.append((clock() - t0) * 1e3)
-        return out
+        return time_calls(self._call, (self._args(feeds),), warmup, runs)
