@@ -46,6 +46,7 @@ def explain(t: TargetResult) -> str:
         parts.append(f"op {t.op}" + (f" (node {t.node})" if t.node else ""))
     if t.hint:
         parts.append(f"fix: {t.hint}")
+    parts += list(t.notes)
     return "; ".join(parts)
 
 
