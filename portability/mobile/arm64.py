@@ -95,6 +95,13 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+def _pinned(packages: tuple[str, ...]) -> list[str]:
+    """The versions this machine runs, so ARM and x86 results come from the same releases."""
+    from portability.converters.base import package_version
+
+    return [f"{p}=={package_version(p)}" if package_version(p) != "absent" else p for p in packages]
+
+
 def _run(cmd: list[str], log: Callable[[str], None], **kw) -> None:
     log("$ " + " ".join(cmd))
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", **kw)
@@ -133,11 +140,12 @@ def provision(root: Path | None = None, log: Callable[[str], None] = print, forc
     site = rootfs / "opt/site"
     if site.exists():
         shutil.rmtree(site)
-    log("installing aarch64 wheels: " + ", ".join(PACKAGES))
+    specs = _pinned(PACKAGES)
+    log("installing aarch64 wheels: " + ", ".join(specs))
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--only-binary=:all:"]
     for tag in PLATFORM_TAGS:
         cmd += ["--platform", tag]
-    cmd += ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--target", str(site), *PACKAGES]
+    cmd += ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--target", str(site), *specs]
     _run(cmd, log)
     log("checking the emulated interpreter (slow: everything runs under qemu)")
     argv, env = command(root)
