@@ -62,6 +62,7 @@ def check(
     input_range: str = typer.Option("0,1", "--input-range", help="LOW,HIGH of synthesized float inputs."),
     warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Untimed runs before timing (default 10)."),
     runs: Optional[int] = typer.Option(None, "--runs", min=0, help="Timed runs for latency percentiles (default 50; 0 skips timing)."),
+    time_budget: Optional[float] = typer.Option(None, "--time-budget", min=0, help="Seconds a target's latency sampling may take (default 20): a slow target gets fewer runs (at least 5), and the report says how many."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=1, help="Seconds a target may take from loading to its last timed run (default 300)."),
     convert_timeout: Optional[float] = typer.Option(None, "--convert-timeout", min=1, help="Seconds a target's conversions may take (default 900)."),
     memory_limit_mb: Optional[float] = typer.Option(None, "--memory-limit-mb", help="Kill a target whose processes use more memory (default: 80% of RAM)."),
@@ -120,6 +121,7 @@ def check(
         samples=pick(samples, "samples", None), seed=pick(seed, "seed", 0),
         value_range=_floats(input_range, "--input-range"),
         warmup=pick(warmup, "warmup", 10), runs=pick(runs, "runs", 50),
+        time_budget_s=float(pick(time_budget, "time_budget", 20.0)),
         limits=Limits(convert_timeout_s=float(pick(convert_timeout, "convert_timeout", 900)),
                       run_timeout_s=float(pick(timeout, "timeout", 300)), memory_mb=float(mem) if mem else None),
         thresholds=user_t, target_thresholds=per_target, gate=gates,
@@ -148,8 +150,12 @@ def check(
     if junit_path:
         write_junit(report, junit_path)
     gating_failed = [t.id for t in report.targets if t.gating and t.failed]
+    ref = report.targets[0]
     skipped = [t.id for t in report.targets if t.status == "skipped"]
-    if skipped:
+    if ref.status != "pass":
+        err.print(f"[red]the reference {ref.id} did not run ({ref.status}): nothing to compare with[/]"
+                  + (f"; {len(skipped)} other targets not run" if skipped else ""))
+    elif skipped:
         err.print(f"[yellow]{len(skipped)} of {len(report.targets)} targets skipped[/] (not available here: see each reason)")
     if report.passed:
         err.print("[green]passed[/]: every gating target is within its thresholds")

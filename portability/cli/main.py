@@ -31,20 +31,41 @@ app.command("targets")(targets_cmd.targets)
 app.add_typer(setup_cmd.app, name="setup")
 
 
-def main() -> None:
+def _cli_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
+    """(usage errors, exit requests, aborts) of the click that typer runs on: its own vendored copy
+    (typer >= 0.20) and/or the click package."""
+    usage, exits, aborts = [], [], []
+    try:
+        import typer.exceptions as te
+        from typer._click import exceptions as tc  # type: ignore[attr-defined]
+
+        usage.append(tc.UsageError)
+        exits.append(te.Exit)
+        aborts.append(te.Abort)
+    except (ImportError, AttributeError):
+        pass
     import click
 
+    usage.append(click.exceptions.UsageError)
+    exits.append(click.exceptions.Exit)
+    aborts.append(click.exceptions.Abort)
+    return tuple(usage), tuple(exits), tuple(aborts)
+
+
+def main() -> None:
     from portability.core.errors import UsageError
+
+    usage_errors, exits, aborts = _cli_exceptions()
 
     logging.basicConfig(level=os.environ.get("PORTABILITY_LOG", "WARNING").upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
         rc = app(standalone_mode=False)
-    except click.exceptions.UsageError as e:
+    except usage_errors as e:  # unknown option or command, missing argument: usage line + suggestion
         e.show()
         sys.exit(2)
-    except click.exceptions.Exit as e:
+    except exits as e:
         sys.exit(e.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (*aborts, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except UsageError as e:

@@ -23,11 +23,14 @@ class ConvertContext:
     ``calibration``: representative inputs (ONNX input name -> array stacked over samples, ONNX layout),
     with ``calibration_source`` saying where they came from ("dataset", "file" or "synthesized").
     ``timeout_s``: the conversion's time budget (the worker is killed past it).
+    ``input_shapes``: the static shapes the check resolved for inputs with dynamic dimensions (input
+    name -> dims; empty for a static model). Converters that need static shapes use them.
     """
 
     calibration: dict[str, np.ndarray] | None = None
     calibration_source: str | None = None
     timeout_s: float | None = None
+    input_shapes: dict[str, list[int]] | None = None
 
 
 class Converter(ABC):
@@ -35,6 +38,13 @@ class Converter(ABC):
     output_format: ClassVar[str]
     #: True when the result depends on ``ctx.calibration`` (it then enters the cache key)
     uses_calibration: ClassVar[bool] = False
+    #: True when the result depends on ``ctx.input_shapes`` (they then enter the cache key and the record)
+    uses_shapes: ClassVar[bool] = False
+
+    @classmethod
+    def shapes_used(cls, ctx: ConvertContext) -> dict[str, list[int]] | None:
+        """The static input shapes this converter receives from ``ctx`` (None when it takes none)."""
+        return dict(ctx.input_shapes) if cls.uses_shapes and ctx.input_shapes else None
 
     @classmethod
     def name(cls) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.base import ConvertContext, Converter, package_version
+from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_tflite, onnx_signature
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError, Unavailable
@@ -86,8 +87,10 @@ def _failing_op(lines: list[str]) -> tuple[str | None, str | None]:
     return op, node
 
 
-def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None) -> str:
-    """Run onnx2tf on a copy of ``onnx_path`` into ``out`` (SavedModel with a signature + float tflite).
+def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
+                input_shapes: dict[str, list[int]] | None = None) -> str:
+    """Run onnx2tf on a copy of ``onnx_path`` into ``out`` (SavedModel with a signature + float tflite),
+    with ``input_shapes`` as its ``--overwrite_input_shape``.
 
     Returns onnx2tf's log. Raises ConvertError with the meaningful lines (and failing op) on failure."""
     with tempfile.TemporaryDirectory(prefix="portability-onnx2tf-") as scratch:
@@ -100,7 +103,8 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None) -> s
             env[var] = "http://127.0.0.1:9"  # a closed port: any download fails at once, offline or not
         env.pop("NO_PROXY", None), env.pop("no_proxy", None)
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), "-osd"]
+        cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), "-osd",
+               *onnx2tf_args(input_shapes)]
         try:
             p = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, errors="replace", timeout=timeout_s)
@@ -120,18 +124,35 @@ class SavedModelFromOnnx(Converter):
     """The onnx2tf step: a SavedModel (``path`` is its ``saved_model.pb``, signature ``serving_default``).
 
     Its folder also holds ``tflite/{fp32,fp16}.tflite``, onnx2tf's float files, which the TFLite steps
-    pick from (a SavedModel loader ignores them; the SavedModel's size leaves them out: ``not_part``)."""
+    pick from (a SavedModel loader ignores them; the SavedModel's size leaves them out: ``not_part``).
+
+    A model with dynamic input dims is converted at the check's static shapes (``ctx.input_shapes``):
+    onnx2tf gets them as ``--overwrite_input_shape`` and the mapping is read from a copy of the model
+    whose inputs are fixed to them (``meta["input_shapes"]``)."""
 
     output_format = "saved_model"
+    uses_shapes = True
 
     def version(self) -> str:
         return _versions()
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         _require()
-        sig = onnx_signature(src.path)
+        shapes = self.shapes_used(ctx)
+        with tempfile.TemporaryDirectory(prefix="portability-fixed-") as tmp:
+            model = src.path
+            if shapes:
+                model = Path(tmp) / "model.onnx"
+                try:
+                    fix_input_shapes(src.path, model, shapes)
+                except Exception as e:
+                    raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
+            return self._convert(model, out_dir, ctx, shapes)
+
+    def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None) -> Artifact:
+        sig = onnx_signature(model)
         raw = out_dir / ".onnx2tf"
-        log = run_onnx2tf(src.path, raw, ctx.timeout_s)
+        log = run_onnx2tf(model, raw, ctx.timeout_s, shapes)
         (out_dir / "tflite").mkdir()
         for q, stem in _FLOAT_FILES.items():
             shutil.move(str(raw / f"model_{stem}.tflite"), str(out_dir / "tflite" / f"{q}.tflite"))
@@ -139,7 +160,7 @@ class SavedModelFromOnnx(Converter):
             if f.suffix != ".tflite":
                 shutil.move(str(f), str(out_dir / f.name))
         shutil.rmtree(raw)
-        io = describe_tflite(out_dir / "tflite" / "fp32.tflite", sig, onnx_path=src.path)
+        io = describe_tflite(out_dir / "tflite" / "fp32.tflite", sig, onnx_path=model)
         warnings = [ln.strip() for ln in meaningful_lines(log, 6) if "WARN" in ln]
         return Artifact(path=out_dir / "saved_model.pb", format="saved_model", sha256="", meta={
             "onnx_signature": sig,
@@ -148,6 +169,7 @@ class SavedModelFromOnnx(Converter):
             "not_part": ["tflite"],  # onnx2tf's float .tflite files: kept here for the TFLite steps
             "onnx2tf_sample_data": "seeded noise (onnx2tf's internal checks only; never the calibration data)",
             "converter_warnings": warnings,
+            **({"input_shapes": shapes} if shapes else {}),
         })
 
 
@@ -182,7 +204,7 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
 
         def representative():
             for s in samples or []:
-                yield {keys[k]: tf.constant(v, dtype=tf.float32) for k, v in s.items()}
+                yield {keys[k]: tf.constant(v, dtype=tf.float32 if v.dtype.kind == "f" else v.dtype) for k, v in s.items()}
 
         conv.representative_dataset = representative
         conv.inference_input_type = tf.int8

@@ -4,11 +4,12 @@ Runs ``python -m onnxruntime.tools.convert_onnx_models_to_ort`` (``Fixed`` optim
 ``--target_platform arm``, the phone's) on a copy, and records ORT Mobile's static NNAPI / CoreML
 coverage — the analysis of ``python -m onnxruntime.tools.check_onnx_model_mobile_usability`` (nodes
 covered, partitions, verdict per execution provider) — in ``meta["mobile_usability"]``. That analysis
-needs fixed shapes: symbolic dimensions are fixed (to 1, or the calibration batch) on a private copy
-first, with ``make_dynamic_shape_fixed``'s helpers, and the fixed shapes are recorded. The ``.ort`` file
-itself keeps the model's dynamic shapes unless ``fix_shapes`` is set.
+needs fixed shapes: symbolic dimensions are fixed on a private copy first, with
+``make_dynamic_shape_fixed``'s helpers, and the fixed shapes are recorded. A model with dynamic input dims
+is converted at the check's static shapes (``ctx.input_shapes``, recorded as ``fixed_shapes``), as
+``make_dynamic_shape_fixed`` prepares a model for ORT Mobile.
 
-Options: ``fix_shapes`` (bool, default False): also fix the shapes of the converted model.
+Options: ``fix_shapes`` (bool, default False): fix dynamic dims (to 1) even without ``ctx.input_shapes``.
 """
 from __future__ import annotations
 
@@ -21,36 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from portability.converters.base import ConvertContext, Converter, package_version
+from portability.converters.shapes import fix_input_shapes
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
 
 log = logging.getLogger(__name__)
 _EPS = {"nnapi": None, "coreml_neuralnetwork": "coreml_supported_neuralnetwork_ops.md",
         "coreml_mlprogram": "coreml_supported_mlprogram_ops.md"}
-
-
-def fix_shapes(src: Path, dst: Path, batch: int = 1) -> dict[str, list[int]]:
-    """Copy ``src`` to ``dst`` with every symbolic/unknown input dimension fixed (``batch`` for the first,
-    1 elsewhere). Returns the fixed input shapes (empty when nothing was dynamic)."""
-    import onnx
-    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_input_shape_fixed
-
-    model = onnx.load(str(src))
-    inits = {i.name for i in model.graph.initializer}
-    fixed = {}
-    for inp in model.graph.input:
-        if inp.name in inits or not inp.type.HasField("tensor_type"):
-            continue
-        dims = inp.type.tensor_type.shape.dim
-        if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
-            shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (batch if i == 0 else 1)
-                     for i, d in enumerate(dims)]
-            make_input_shape_fixed(model.graph, inp.name, shape)
-            fixed[inp.name] = shape
-    if fixed:
-        fix_output_shapes(model)
-    onnx.save(model, str(dst))
-    return fixed
 
 
 def mobile_usability(model_path: Path) -> dict[str, Any]:
@@ -88,6 +66,7 @@ def _initializer_inputs(path: Path) -> list[str]:
 class OrtFromOnnx(Converter):
     output_format = "ort"
     uses_calibration = False
+    uses_shapes = True
 
     def version(self) -> str:
         return "1+onnxruntime" + package_version("onnxruntime")
@@ -99,7 +78,7 @@ class OrtFromOnnx(Converter):
             fixed_model = work / "fixed" / "model.onnx"
             fixed_model.parent.mkdir()
             try:
-                fixed = fix_shapes(src.path, fixed_model)
+                fixed = fix_input_shapes(src.path, fixed_model, self.shapes_used(ctx))
             except Exception as e:
                 raise ConvertError(f"fixing dynamic shapes failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
             meta["shapes_fixed_for_usability_check"] = fixed
@@ -110,7 +89,7 @@ class OrtFromOnnx(Converter):
                 meta["mobile_usability"] = {"error": (str(e).splitlines() or [type(e).__name__])[0][:300]}
             model = work / "in" / "model.onnx"
             model.parent.mkdir()
-            if options.get("fix_shapes") and fixed:
+            if (options.get("fix_shapes") or self.shapes_used(ctx)) and fixed:
                 shutil.copyfile(fixed_model, model)
                 meta["fixed_shapes"] = fixed
             else:

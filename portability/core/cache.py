@@ -1,6 +1,7 @@
 """Content-addressed artifact cache.
 
-key = sha256(source artifact sha256, converter name, converter version, options, calibration digest).
+key = sha256(source artifact sha256, converter name, converter version, options, calibration digest,
+and the static input shapes given to a converter that uses them).
 An entry is a folder ``<root>/artifacts/<key[:2]>/<key>/`` holding the converted files and
 ``artifact.json``; it is written in a temporary folder and renamed into place, so a killed conversion
 never leaves a half entry behind.
@@ -52,6 +53,9 @@ def cache_key(src: Artifact, conv: Converter, options: dict[str, Any], ctx: Conv
         "options": options,
         "calibration": calibration_digest(ctx.calibration) if conv.uses_calibration else None,
     }
+    shapes = conv.shapes_used(ctx)
+    if shapes:  # only then: a static model's keys stay what they were
+        parts["input_shapes"] = shapes
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -43,6 +43,8 @@ class CheckOptions:
     value_range: tuple[float, float] = (0.0, 1.0)
     warmup: int = 10
     runs: int = 50
+    #: seconds a target's latency sampling may take; a slow target gets fewer runs (the report says)
+    time_budget_s: float = 20.0
     limits: Limits = field(default_factory=Limits)
     #: global threshold overrides, then per-target ones ({target id: {name: bound}}) — user settings
     thresholds: dict = field(default_factory=dict)
@@ -152,6 +154,9 @@ class _Run:
         self.model, self.feeds, self.opts, self.workdir, self.progress = model, feeds, opts, workdir, progress
         self.in_names = [i.name for i in model.inputs]
         self.out_names = [o.name for o in model.outputs]
+        #: the static shape of every input with a dynamic dimension, as the feeds have it: what converters get
+        self.input_shapes = {s.name: [int(d) for d in feeds.arrays[s.name].shape[1:]] for s in model.inputs
+                             if any(not isinstance(d, int) for d in s.shape)}
         self.feeds_file = workdir / "feeds.npz"
         inp.save_feeds(feeds, self.feeds_file, self.in_names)
         self.ref_outputs: dict[str, np.ndarray] = {}
@@ -170,9 +175,11 @@ class _Run:
             "output_names": self.out_names,
             "warmup": self.opts.warmup,
             "runs": self.opts.runs,
+            "time_budget_s": self.opts.time_budget_s,
             "cache_dir": str(self.opts.cache_dir) if self.opts.cache_dir else None,
             "use_cache": self.opts.use_cache,
             "convert_timeout_s": self.opts.limits.convert_timeout_s,
+            "input_shapes": self.input_shapes,
         }
 
     def thresholds_for(self, target: Target) -> dict:
@@ -233,6 +240,10 @@ class _Run:
         lat = metrics["latency_ms"] or {}
         if details.get("emulated") and lat:
             lat["emulated"] = True  # an emulator's speed, not a device's
+        if lat.get("runs_asked"):
+            notes.append(f"latency from {lat.get('runs', 0)} of {lat['runs_asked']} runs: one inference takes about "
+                         f"{lat['per_run_estimate_ms']:.4g} ms, over the {lat['budget_s']:g} s timing budget"
+                         + ("" if lat.get("runs") else " (not timed)"))
         if target.id == REFERENCE:
             self.ref_outputs = outs
             self.ref_p50 = lat.get("p50")
@@ -262,16 +273,22 @@ class _Run:
         return TargetResult(status=status, metrics=metrics, breaches=tuple(found), notes=tuple(notes),
                             details=details, **common)
 
-    def odd_one_out(self, results: list[TargetResult]) -> list[str]:
-        """Independent runtimes that agree with each other but not with the reference name it."""
-        drifted = [r for r in results if r.status == "drift" and r.id in self.outputs and r.id != REFERENCE]
+    def odd_one_out(self, results: list[TargetResult], targets: list[Target]) -> list[str]:
+        """Independent runtimes that agree with each other but not with the reference name it.
+
+        Witnesses must be independent: targets that run one converted model (the same first conversion
+        after the snapshot, e.g. one onnx2tf SavedModel) count once, and a runtime with a known caveat
+        (onnx.reference's wrong kernels) is no witness."""
+        lineage = {t.id: (t.converters[1][0] if len(t.converters) > 1 else t.id) for t in targets}
+        drifted = [r for r in results if r.status == "drift" and r.id in self.outputs and r.id != REFERENCE
+                   and not r.details.get("caveat")]
         agreeing: list[str] = []
         for i, a in enumerate(drifted):
             for b in drifted[i + 1:]:
                 per, agreement, problems = drift.compare(self.outputs[a.id], self.outputs[b.id])
                 if not problems and not thresholds.breaches(per, agreement, None, thresholds.DEFAULTS):
                     agreeing += [x for x in (a.id, b.id) if x not in agreeing]
-        if len(agreeing) >= 2:
+        if len({lineage.get(x, x) for x in agreeing}) >= 2:
             return [f"{', '.join(agreeing)} agree with each other but not with the reference {REFERENCE}: "
                     "the reference may be the odd one out"]
         return []
@@ -319,7 +336,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             pool.shutdown()
         else:
             results += [run.run(t) for t in rest]
-        notes = list(feeds.warnings) + run.odd_one_out(results)
+        notes = list(feeds.warnings) + run.odd_one_out(results, targets)
         if opts.jobs > 1:
             notes.append(f"targets ran {opts.jobs} at a time: latencies include contention (use --jobs 1 for clean timings)")
     finally:

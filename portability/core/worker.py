@@ -27,12 +27,18 @@ class _Events:
         self._f.flush()
 
 
+def _batch(feeds: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Batch ``i`` of the stacked feeds, as arrays (a 0-d input stays a 0-d array, not a numpy scalar)."""
+    return {k: np.asarray(v[i]) for k, v in feeds.items()}
+
+
 def run_job(job: dict, events: _Events) -> dict:
     from portability.converters.base import ConvertContext
     from portability.core.artifact import Artifact, size_info
     from portability.core.cache import Cache
     from portability.core.errors import TargetError, Unavailable
     from portability.core.inputs import load_feeds
+    from portability.metrics.latency import MIN_RUNS, timing_plan
     from portability.targets.base import Target, load_class
 
     target = Target.from_dict(job["target"])
@@ -45,7 +51,7 @@ def run_job(job: dict, events: _Events) -> dict:
         feeds = load_feeds(Path(job["feeds"]), in_names)
         samples = {k: v.reshape((-1,) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
         ctx = ConvertContext(calibration=samples, calibration_source=job.get("feeds_source"),
-                             timeout_s=job.get("convert_timeout_s"))
+                             timeout_s=job.get("convert_timeout_s"), input_shapes=job.get("input_shapes") or None)
         cache = Cache(Path(job["cache_dir"]) if job.get("cache_dir") else None, use=job.get("use_cache", True),
                       scratch_parent=Path.cwd())  # the run's folder: removed by the parent even if we are killed
         art = Artifact.from_dict(job["source"])
@@ -54,8 +60,11 @@ def run_job(job: dict, events: _Events) -> dict:
             events.phase("convert", step=conv.name())
             t0 = time.perf_counter()
             art, hit = cache.convert(conv, art, options, ctx)
-            result["conversions"].append({"converter": f"{conv.name()} {conv.version()}", "cached": hit,
-                                          "seconds": round(time.perf_counter() - t0, 3)})
+            step = {"converter": f"{conv.name()} {conv.version()}", "cached": hit,
+                    "seconds": round(time.perf_counter() - t0, 3)}
+            if conv.shapes_used(ctx):
+                step["input_shapes"] = conv.shapes_used(ctx)
+            result["conversions"].append(step)
         result["artifact"] = {"format": art.format, "sha256": art.sha256, **size_info(art.files())}
         if art.meta:
             result["details"]["artifact_meta"] = art.meta
@@ -74,11 +83,14 @@ def run_job(job: dict, events: _Events) -> dict:
         phase = "infer"
         nb = next(iter(feeds.values())).shape[0]
         events.phase("infer", batches=nb)
-        batches = [{k: v[i] for k, v in feeds.items()} for i in range(nb)]
+        batches = [_batch(feeds, i) for i in range(nb)]
         t0 = time.perf_counter()
         results = [runtime.infer(batches[0])]
         first_ms = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
         results += runtime.infer_all(batches[1:]) if nb > 1 else []
+        # what one inference costs, to fit the timing into its budget: the later batches' mean, else the first
+        per_ms = (time.perf_counter() - t0) * 1e3 / (nb - 1) if nb > 1 else first_ms
         outs: dict[str, list[np.ndarray]] = {n: [np.asarray(r[n]) for r in results if n in r] for n in out_names}
         saved = {}
         for j, n in enumerate(out_names):
@@ -89,11 +101,14 @@ def run_job(job: dict, events: _Events) -> dict:
         np.savez(job["outputs"], **saved)
 
         phase = "time"
-        runs = int(job.get("runs", 50))
         latency: dict = {"load": round(load_ms, 4), "first": round(first_ms or 0.0, 4)}
-        if runs > 0:
-            events.phase("time", runs=runs)
-            ms = runtime.time({k: v[0] for k, v in feeds.items()}, int(job.get("warmup", 10)), runs)
+        budget = target.time_budget_s if target.time_budget_s is not None else job.get("time_budget_s")
+        plan = timing_plan(per_ms, int(job.get("warmup", 10)), int(job.get("runs", 50)), budget,
+                           target.min_runs if target.min_runs is not None else MIN_RUNS)
+        latency.update(plan.record())
+        if plan.runs > 0:
+            events.phase("time", runs=plan.runs)
+            ms = runtime.time(_batch(feeds, 0), plan.warmup, plan.runs)
             latency["samples"] = [round(x, 5) for x in ms]
         extra = getattr(runtime, "load_timings", None)
         if extra:

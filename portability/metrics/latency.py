@@ -1,7 +1,40 @@
 """Latency summary from the per-run milliseconds a worker measured around the runtime call."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+#: the fewest timed runs of a target whose inference is slow (a target may set its own, even 0)
+MIN_RUNS = 5
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    warmup: int
+    runs: int
+    #: the runs asked for, when the time budget cut them (else None)
+    asked: int | None = None
+    budget_s: float | None = None
+    per_run_ms: float | None = None
+
+    def record(self) -> dict:
+        """What the report says about a cut: the budget, the runs asked for, one inference's cost."""
+        if self.asked is None:
+            return {}
+        return {"budget_s": self.budget_s, "runs_asked": self.asked, "per_run_estimate_ms": round(self.per_run_ms or 0.0, 3)}
+
+
+def timing_plan(per_run_ms: float, warmup: int, runs: int, budget_s: float | None, min_runs: int = MIN_RUNS) -> TimingPlan:
+    """Warm-up and timed runs that fit ``budget_s`` given what one inference costs (like timeit's
+    autorange): a fifth of what fits goes to warm-up, the rest to timed runs, never fewer than
+    ``min_runs`` (0: a target too slow for its budget is not timed) nor more than asked."""
+    if not budget_s or runs <= 0 or per_run_ms <= 0 or per_run_ms * (warmup + runs) <= budget_s * 1e3:
+        return TimingPlan(warmup, runs)
+    fit = int(budget_s * 1e3 // per_run_ms)
+    w = min(warmup, fit // 5)
+    r = max(min(min_runs, runs), min(runs, fit - w))
+    return TimingPlan(w, r, asked=runs, budget_s=budget_s, per_run_ms=per_run_ms)
 
 
 def summarize(raw: dict | None) -> dict | None:

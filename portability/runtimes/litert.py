@@ -47,7 +47,12 @@ def to_tflite(io: dict, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     arrays = []
     for e in io["inputs"]:
         x = np.asarray(feeds[e["onnx"]])
-        x = x.transpose(e["to_tflite"]) if e["to_tflite"] is not None else x.reshape([len(x)] + e["shape"][1:])
+        if e["to_tflite"] is not None:
+            x = x.transpose(e["to_tflite"])
+        elif x.ndim == 0:  # a scalar input: the file holds it as [] (or [1])
+            x = x.reshape([max(d, 1) for d in e["shape"]])
+        else:
+            x = x.reshape([len(x)] + e["shape"][1:])
         x = _quantize(x.astype(np.float32), e["quant"], e["dtype"]) if e["quant"] else x.astype(e["dtype"])
         arrays.append(np.ascontiguousarray(x))
     return arrays
@@ -71,7 +76,7 @@ def batches(io: dict, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
     b = fixed[0] if fixed else n
     if b == n or b <= 0 or n % b:
         return [arrays]
-    return [[a[i:i + b] for a in arrays] for i in range(0, n, b)]
+    return [[a[i:i + b] if a.ndim else a for a in arrays] for i in range(0, n, b)]
 
 
 def layout_details(io: dict) -> dict[str, Any]:

@@ -14,7 +14,8 @@ class Target:
     ``converters`` is the chain from the source ONNX model to the artifact the runtime opens, each step
     ``(class path, options)``. ``thresholds`` override the defaults for this target (e.g. fp16 and int8
     variants are held to looser numeric bounds). ``run_timeout_s`` overrides the default run time limit
-    (the slow ``onnx.reference`` evaluator has its own).
+    (the slow ``onnx.reference`` evaluator has its own); ``time_budget_s`` and ``min_runs`` bound its
+    latency sampling (a reference evaluator's speed is nobody's deployment latency).
     """
 
     id: str
@@ -24,6 +25,9 @@ class Target:
     gating: bool = True
     thresholds: dict[str, float | None] = field(default_factory=dict)
     run_timeout_s: float | None = None
+    #: seconds its latency sampling may take (None: the check's budget) and the fewest timed runs
+    time_budget_s: float | None = None
+    min_runs: int | None = None
     description: str = ""
 
     @property
@@ -39,6 +43,8 @@ class Target:
             "gating": self.gating,
             "thresholds": self.thresholds,
             "run_timeout_s": self.run_timeout_s,
+            "time_budget_s": self.time_budget_s,
+            "min_runs": self.min_runs,
             "description": self.description,
         }
 
@@ -52,6 +58,8 @@ class Target:
             gating=bool(d.get("gating", True)),
             thresholds=dict(d.get("thresholds") or {}),
             run_timeout_s=d.get("run_timeout_s"),
+            time_budget_s=d.get("time_budget_s"),
+            min_runs=d.get("min_runs"),
             description=d.get("description", ""),
         )
 
