@@ -5,7 +5,7 @@ import sys
 
 import portability
 
-HEAVY = ["torch", "tensorflow", "onnx2tf", "playwright", "tensorflowjs", "ai_edge_litert", "keras"]
+HEAVY = ["torch", "tensorflow", "onnx2tf", "playwright", "tensorflowjs", "ai_edge_litert", "keras", "matplotlib"]
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -41,5 +41,6 @@ def test_every_module_imports_without_heavy_frameworks():
 def test_check_help_lists_main_options():
     p = subprocess.run([sys.executable, "-m", "portability", "check", "--help"], capture_output=True, text=True)
     assert p.returncode == 0
-    for opt in ("--targets", "--json", "--dataset", "--inputs", "--shape", "--no-cache", "--gate"):
+    for opt in ("--targets", "--json", "--dataset", "--inputs", "--shape", "--no-cache", "--gate", "--html",
+                "--markdown", "--baseline", "--no-history"):
         assert opt in p.stdout

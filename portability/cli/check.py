@@ -54,6 +54,13 @@ def check(
     targets: Optional[str] = typer.Option(None, "--targets", "-t", help="Comma-separated platforms (server, web, mobile, all) or exact target ids (web/ort-wasm). Default: server. The reference server/ort-cpu always runs."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the schema-v1 JSON report here."),
     junit_path: Optional[Path] = typer.Option(None, "--junit", help="Write a JUnit XML report here (one test case per target), for CI."),
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report with plots here (opens offline)."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a CI job summary or a PR comment)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Compare with a history run id or a JSON report: exit 1 when a gating target regressed (status, drift, accuracy, size)."),
+    baseline_latency: bool = typer.Option(False, "--baseline-latency", help="With --baseline, a p50 latency slower than the regression tolerance (default 1.5x) is a regression too."),
+    max_size_growth: Optional[float] = typer.Option(None, "--max-size-growth", min=0, help="With --baseline, the largest allowed artifact growth as a fraction (default 0.10)."),
+    no_history: bool = typer.Option(False, "--no-history", help="Do not record this check in the history database."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Apply the settings of [tool.portability.profiles.NAME] over the base settings."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz with one array per model input (one batch, or a stack of batches)."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help=".npz with 'x' (or one array per input) and integer labels 'y': adds task accuracy."),
     shape: Optional[List[str]] = typer.Option(None, "--shape", help="Fix dynamic dims: NAME=1x3x224x224 (repeatable). Default: leading dim 1, others 32, with a warning."),
@@ -86,6 +93,7 @@ def check(
     import psutil
     from rich.console import Console
 
+    from portability.cli import outputs
     from portability.core.config import find_config, load_config
     from portability.core.errors import UsageError
     from portability.core.model import load_model_isolated
@@ -98,7 +106,7 @@ def check(
     cfg_path = config if config else find_config(Path.cwd())
     if config and not config.is_file():
         raise UsageError(f"config file not found: {config}")
-    cfg = load_config(cfg_path)
+    cfg = load_config(cfg_path, profile)
     pick = lambda flag, key, default: flag if flag is not None else cfg.get(key, default)  # noqa: E731
 
     user_t = {k: v for k, v in cfg.get("thresholds", {}).items() if not isinstance(v, dict)}
@@ -115,6 +123,10 @@ def check(
     for out_path in (json_path, junit_path):
         if out_path is not None and not (out_path.parent.is_dir() and os.access(out_path.parent, os.W_OK)):
             raise UsageError(f"cannot write a report to {out_path}: its folder does not exist or is not writable")
+    outputs.require_writable(html_path, markdown_path)
+    outputs.require_plotting(html_path)
+    tol = outputs.tolerances(cfg, baseline_latency, max_size_growth)
+    base = outputs.load_baseline(pick(baseline, "baseline", None))
     opts = CheckOptions(
         targets=pick(targets, "targets", "server"),
         inputs=inputs, dataset=dataset, shapes=list(shape or []),
@@ -129,6 +141,7 @@ def check(
         use_cache=not no_cache, cache_dir=cache_dir, jobs=pick(jobs, "jobs", 1),
     )
     info = load_model_isolated(model)
+    outputs.require_comparable(base, info.to_dict())
     if not quiet:
         shape_s = ", ".join(f"{i.name} {i.dtype}[{','.join('?' if d is None else str(d) for d in i.shape)}]" for i in info.inputs)
         err.print(f"[bold]{model}[/]  opset {info.opset}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)
@@ -149,6 +162,15 @@ def check(
         err.print(f"report: {json_path}")
     if junit_path:
         write_junit(report, junit_path)
+    changes = outputs.compare(base, report, tol)
+    for line in outputs.write_files(report, changes, html_path, markdown_path):
+        err.print(line, highlight=False)
+    run_id, why = (None, None) if no_history else outputs.record(report)
+    if run_id is not None or why:
+        err.print(f"history: run {run_id}" if run_id is not None else f"[yellow]history not recorded:[/] {why}", highlight=False)
+    regressed = [] if changes is None else list(changes.gating_regressions)
+    for c in ([] if changes is None else changes.changes):
+        out.print(f"  {'[red]regression[/]' if c in regressed else 'change'} vs {changes.before}: [bold]{c.target}[/] {c.text}", highlight=False, soft_wrap=True)
     gating_failed = [t.id for t in report.targets if t.gating and t.failed]
     ref = report.targets[0]
     skipped = [t.id for t in report.targets if t.status == "skipped"]
@@ -157,8 +179,9 @@ def check(
                   + (f"; {len(skipped)} other targets not run" if skipped else ""))
     elif skipped:
         err.print(f"[yellow]{len(skipped)} of {len(report.targets)} targets skipped[/] (not available here: see each reason)")
-    if report.passed:
-        err.print("[green]passed[/]: every gating target is within its thresholds")
+    if report.passed and not regressed:
+        err.print("[green]passed[/]: every gating target is within its thresholds"
+                  + (f" and nothing regressed since {changes.before}" if changes is not None else ""))
         return 0
-    err.print(f"[red]failed[/]: {', '.join(gating_failed)}")
+    err.print(f"[red]failed[/]: {', '.join(gating_failed + [f'{c.target} regressed ({c.metric})' for c in regressed])}")
     return 1

@@ -13,6 +13,7 @@ import traceback
 import typer
 
 from portability.cli import check as check_cmd
+from portability.cli import history as history_cmd
 from portability.cli import setup as setup_cmd
 from portability.cli import targets as targets_cmd
 
@@ -28,6 +29,8 @@ app = typer.Typer(
 )
 app.command("check")(check_cmd.check)
 app.command("targets")(targets_cmd.targets)
+app.command("history")(history_cmd.history)
+app.command("diff")(history_cmd.diff)
 app.add_typer(setup_cmd.app, name="setup")
 
 

@@ -10,6 +10,12 @@
     cosine = 0.9999
     [tool.portability.thresholds."mobile/tflite-fp16"]
     max_abs = 5e-3
+    baseline = "reports/main.json"         # a JSON report or a history run id (check --baseline)
+    [tool.portability.regression]          # what --baseline calls a regression (report/diff.py Tolerances)
+    size_growth = 0.05
+    [tool.portability.profiles.ci]         # --profile ci: these settings over the ones above
+    targets = "server,web"
+    runs = 20
 """
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from portability.metrics.thresholds import DEFAULTS
 
 KEYS = {"targets": str, "gate": list, "warmup": int, "runs": int, "samples": int, "seed": int, "jobs": int,
         "timeout": (int, float), "convert_timeout": (int, float), "memory_limit_mb": (int, float), "thresholds": dict}
+#: comparing with a baseline (report/diff.py); named profiles ([tool.portability.profiles.NAME]) hold these keys too
+KEYS.update({"baseline": (str, int), "regression": dict})
 
 
 def find_config(start: Path) -> Path | None:
@@ -31,15 +39,31 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
-def load_config(path: Path | None) -> dict:
-    """The validated settings table (empty when there is no file)."""
+def load_config(path: Path | None, profile: str | None = None) -> dict:
+    """The validated settings table (empty when there is no file), with the named profile's settings
+    (``[tool.portability.profiles.NAME]``) applied over the base ones."""
     if path is None:
+        if profile:
+            raise UsageError(f"--profile {profile}: no portability.toml or [tool.portability] in pyproject.toml here")
         return {}
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise UsageError(f"cannot read config {path}: {e}") from None
     table = data.get("tool", {}).get("portability", {}) if path.name == "pyproject.toml" else data.get("tool", {}).get("portability", data)
+    profiles = table.pop("profiles", {})
+    for name, prof in (profiles.items() if isinstance(profiles, dict) else [("?", None)]):
+        bad = [k for k in prof if k not in KEYS] if isinstance(prof, dict) else ["(not a table)"]
+        if bad:
+            raise UsageError(f"{path}: profile '{name}': unknown setting '{bad[0]}' (known: {', '.join(sorted(KEYS))})")
+    if profile:
+        if not isinstance(profiles, dict) or not isinstance(profiles.get(profile), dict):
+            known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) and profiles else "none"
+            raise UsageError(f"{path}: no profile '{profile}' (profiles: {known})")
+        over = dict(profiles[profile])
+        if isinstance(over.get("thresholds"), dict) and isinstance(table.get("thresholds"), dict):
+            over["thresholds"] = {**table["thresholds"], **over["thresholds"]}
+        table = {**table, **over}
     for key, value in table.items():
         if key not in KEYS:
             raise UsageError(f"{path}: unknown setting '{key}' (known: {', '.join(sorted(KEYS))})")

@@ -48,4 +48,18 @@ def summarize(raw: dict | None) -> dict | None:
                    p99=float(np.percentile(s, 99)), min=float(s.min()), runs=int(s.size))
     else:
         out["runs"] = 0
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+    out = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+    if s.size:
+        out["samples"] = kept_samples(s)
+    return out
+
+
+#: the most per-run timings a report keeps (the distribution plots need them; percentiles use them all)
+MAX_SAMPLES = 1000
+
+
+def kept_samples(s: np.ndarray) -> list[float]:
+    """Every timed run in order, or, beyond MAX_SAMPLES, that many evenly spaced quantiles (sorted)."""
+    if s.size > MAX_SAMPLES:
+        s = np.quantile(s, np.linspace(0.0, 1.0, MAX_SAMPLES))
+    return [round(float(x), 4) for x in s]

@@ -1,0 +1,92 @@
+"""What ``check`` does with a report once it exists: the files (HTML, Markdown), the history, and the
+comparison with a baseline. Kept here so the check command itself stays a list of options."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import fields
+from pathlib import Path
+
+from portability.core.errors import UsageError
+from portability.report.diff import Diff, Tolerances
+from portability.report.schema import Report
+
+
+def require_writable(*paths: Path | None) -> None:
+    for p in paths:
+        if p is not None and not (p.parent.is_dir() and os.access(p.parent, os.W_OK)):
+            raise UsageError(f"cannot write a report to {p}: its folder does not exist or is not writable")
+
+
+def require_plotting(html: Path | None) -> None:
+    if html is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--html draws its plots with matplotlib, which is not installed (pip install matplotlib)")
+
+
+def tolerances(cfg: dict, latency: bool, size_growth: float | None) -> Tolerances:
+    """Regression tolerances: the defaults, then ``[tool.portability.regression]``, then flags."""
+    known = {f.name for f in fields(Tolerances)}
+    table = dict(cfg.get("regression") or {})
+    bad = [k for k in table if k not in known]
+    if bad:
+        raise UsageError(f"unknown regression setting '{bad[0]}' (known: {', '.join(sorted(known))})")
+    if size_growth is not None:
+        table["size_growth"] = size_growth
+    if latency:
+        table["gate_latency"] = True
+    return Tolerances(**table)
+
+
+def load_baseline(spec: str | None) -> tuple[Report, str] | None:
+    """The baseline named by ``--baseline`` / ``baseline =``: a history run id or a JSON report.
+    Exit 2 (UsageError) when it is missing or unreadable."""
+    if not spec:
+        return None
+    from portability.report import baseline
+
+    return baseline.load(spec)
+
+
+def require_comparable(base: tuple[Report, str] | None, model: dict) -> None:
+    """Exit 2 when the baseline is of a model with other inputs/outputs."""
+    if base is not None:
+        from portability.report import baseline
+
+        baseline.require_comparable(base[0], model, base[1])
+
+
+def compare(base: tuple[Report, str] | None, report: Report, tol: Tolerances) -> Diff | None:
+    if base is None:
+        return None
+    from portability.report.diff import diff
+
+    return diff(base[0], report, tol, labels=(base[1], "this check"))
+
+
+def write_files(report: Report, d: Diff | None, html: Path | None, markdown: Path | None) -> list[str]:
+    """Write the requested human reports; returns what was written, for the user."""
+    from portability.report.files import write_atomic
+
+    done = []
+    if html is not None:
+        from portability.report.html import render as render_html
+
+        write_atomic(html, render_html(report, d))
+        done.append(f"html: {html}")
+    if markdown is not None:
+        from portability.report.markdown import render as render_md
+
+        write_atomic(markdown, render_md(report, d))
+        done.append(f"markdown: {markdown}")
+    return done
+
+
+def record(report: Report) -> tuple[int | None, str | None]:
+    """(run id, None), or (None, why) when the history cannot be written: a check never fails for it."""
+    from portability.report.history import History, HistoryError
+
+    try:
+        with History() as h:
+            return h.record(report), None
+    except (HistoryError, OSError) as e:
+        return None, str(e)

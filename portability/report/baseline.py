@@ -1,0 +1,39 @@
+"""Reports to compare with: a run id of the history, or a JSON report file."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from portability.core.errors import UsageError
+from portability.report.diff import signature
+from portability.report.schema import Report
+
+
+def load(spec: str, history_path: Path | None = None) -> tuple[Report, str]:
+    """(report, label) for ``spec``: an integer is a history run id, anything else a JSON report file.
+    Every way this can fail is a UsageError of one line."""
+    from portability.report.history import History, HistoryError
+
+    spec = str(spec).strip()
+    if spec.isdigit() and not Path(spec).is_file():
+        try:
+            with History(history_path) as h:
+                return h.report(int(spec)), f"run {spec}"
+        except HistoryError as e:
+            raise UsageError(str(e)) from None
+    path = Path(spec)
+    if not path.is_file():
+        raise UsageError(f"baseline '{spec}' is neither a run id of the history nor a report file")
+    try:
+        return Report.from_dict(json.loads(path.read_text())), str(path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{path} is not a portability JSON report: {type(e).__name__}: {e}") from None
+
+
+def require_comparable(baseline: Report, model: dict, label: str) -> None:
+    """A baseline may be of another version of the model (that is what a regression gate compares), but
+    its inputs and outputs must be the same: otherwise nothing lines up."""
+    if signature(baseline.model) != signature(model):
+        names = lambda m: ", ".join(x["name"] for x in m.get("inputs", []) + m.get("outputs", []))  # noqa: E731
+        raise UsageError(f"baseline {label} is of a model with other inputs/outputs ({names(baseline.model)}) "
+                         f"than {Path(model.get('path', '')).name} ({names(model)})")

@@ -1,0 +1,210 @@
+"""The HTML report: one self-contained file (inline CSS and SVG plots, no script, nothing fetched) that
+a person reads: the verdict per platform and target at a glance, the plots, then drift per output,
+accuracy, size, latency, the conversions, the errors and the notes."""
+from __future__ import annotations
+
+import math
+from html import escape
+from pathlib import Path
+
+from portability.report.diff import Diff
+from portability.report.schema import Report, TargetResult
+from portability.report.table import worst
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.verdict{padding:12px 16px;border-radius:6px;color:#fff;font-size:18px;font-weight:600}
+.verdict.pass{background:#2e7d32}.verdict.fail{background:#c62828}
+.meta{color:#555;font-size:13px;margin:6px 0}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+th,td{border:1px solid #e0e0e0;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f0f0f0}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.pill{display:inline-block;padding:2px 8px;margin:2px;border-radius:10px;font-size:12px;color:#fff;white-space:nowrap}
+.s-pass{background:#2e7d32}.s-drift{background:#c62828}.s-fallback{background:#ef6c00}.s-skipped{background:#9e9e9e}
+.s-error{background:#b71c1c}.xcheck{opacity:.65}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:16px}
+figure{margin:0;background:#fff;border:1px solid #e0e0e0;border-radius:6px;padding:8px}
+figure svg{width:100%;height:auto;display:block}figcaption{font-weight:600;margin-bottom:4px}
+.ref{font-weight:600;color:#1565c0}.bad{color:#c62828;font-weight:600}code{font-size:12px}
+ul{margin:4px 0 4px 20px;padding:0}
+"""
+
+
+def _e(v) -> str:
+    return escape(str(v), quote=True)
+
+
+def _num(v, fmt: str = ".3g") -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, str):
+        return _e(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return "inf" if v > 0 else "nan"
+    return format(v, fmt)
+
+
+def _size(n) -> str:
+    if not n:
+        return "–"
+    return f"{n:,} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 2**20 else f"{n / 2**20:.2f} MB"
+
+
+def _pill(t: TargetResult) -> str:
+    cls = t.status if t.status in ("pass", "drift", "fallback", "skipped") else "error"
+    x = "" if t.gating else " xcheck"
+    tip = t.status + ("" if t.gating else " (cross-check)")
+    return f'<span class="pill s-{cls}{x}" title="{_e(tip)}">{_e(t.id.split("/", 1)[-1])}: {_e(t.status)}</span>'
+
+
+def _table(head: list[str], rows: list[list[str]], numeric_from: int = 1) -> str:
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f'<td class="n">{c}</td>' if i >= numeric_from else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _glance(report: Report) -> str:
+    platforms = list(dict.fromkeys(t.platform for t in report.targets))
+    rows = []
+    for p in platforms:
+        ts = [t for t in report.targets if t.platform == p]
+        bad = [t for t in ts if t.failed and t.gating]
+        verdict = f'<span class="bad">{len(bad)} failing</span>' if bad else "ok" if any(t.status == "pass" for t in ts) else "not run"
+        rows.append([f"<b>{_e(p)}</b>", verdict, "".join(_pill(t) for t in ts)])
+    return _table(["platform", "verdict", "targets (faded: cross-check, never fails the run)"], rows, numeric_from=9)
+
+
+def _targets(report: Report) -> str:
+    rows = []
+    for t in report.targets:
+        m = t.metrics or {}
+        max_abs, cos = worst(t)
+        acc = m.get("accuracy")
+        acc_s = "–" if acc is None else f"{acc:.4f}" + (f" ({m['accuracy_delta']:+.4f})" if m.get("accuracy_delta") is not None and t.id != report.reference else "")
+        ident = f'<span class="ref">{_e(t.id)} (reference)</span>' if t.id == report.reference else _e(t.id)
+        rows.append([ident, _pill(t), "yes" if t.gating else "cross-check", _e(t.runtime or "–"), _e(t.device or "–"),
+                     _num(max_abs, ".2e"), _num(cos, ".6f"), _num(m.get("top1_agreement"), ".4f"), acc_s,
+                     _num(t.duration_s, ".1f")])
+    return _table(["target", "status", "gating", "runtime", "device", "max |Δ|", "cosine", "top-1", "accuracy (Δ)",
+                   "took s"], rows, numeric_from=5)
+
+
+def _outputs(report: Report) -> str:
+    rows = []
+    for t in report.targets:
+        thr = t.thresholds or {}
+        for name, o in ((t.metrics or {}).get("outputs") or {}).items():
+            over = isinstance(o.get("max_abs"), (int, float)) and thr.get("max_abs") is not None and o["max_abs"] > thr["max_abs"]
+            ma = _num(o.get("max_abs"), ".2e")
+            rows.append([_e(t.id), f"<code>{_e(name)}</code>", f'<span class="bad">{ma}</span>' if over else ma,
+                         _num(thr.get("max_abs"), ".0e"), _num(o.get("max_abs_steps"), ".2f"), _num(o.get("max_rel"), ".2e"),
+                         _num(o.get("mean_abs"), ".2e"), _num(o.get("rmse"), ".2e"), _num(o.get("p99_abs"), ".2e"),
+                         _num(o.get("cosine"), ".7f"), _num(o.get("top1_agreement"), ".4f")])
+    if not rows:
+        return "<p>No target produced outputs to compare.</p>"
+    return _table(["target", "output", "max_abs", "threshold", "steps", "max_rel", "mean_abs", "rmse", "p99_abs",
+                   "cosine", "top-1"], rows, numeric_from=2)
+
+
+def _sizes(report: Report) -> str:
+    rows = [[_e(t.id), _e((t.artifact or {}).get("format", "–")), _size((t.artifact or {}).get("size_bytes")),
+             _size((t.artifact or {}).get("gzip_bytes")), _num((t.artifact or {}).get("files"), "d")]
+            for t in report.targets if t.artifact]
+    src = f"<p class=meta>Source model: {_size(report.model.get('size_bytes'))}.</p>"
+    return src + (_table(["target", "format", "size", "gzip", "files"], rows, numeric_from=2) if rows else "")
+
+
+def _latency(report: Report) -> str:
+    rows = []
+    for t in report.targets:
+        lat = (t.metrics or {}).get("latency_ms") or {}
+        if not lat:
+            continue
+        ident = f'<span class="ref">{_e(t.id)} (reference)</span>' if t.id == report.reference else _e(t.id)
+        emu = " (emulated)" if lat.get("emulated") else ""
+        ratio = (t.metrics or {}).get("p50_vs_reference")
+        rows.append([ident + emu, _num(lat.get("load"), ".1f"), _num(lat.get("first"), ".3f"), _num(lat.get("p50"), ".3f"),
+                     _num(lat.get("p90"), ".3f"), _num(lat.get("p99"), ".3f"), _num(lat.get("runs"), "d"),
+                     "1 (reference)" if t.id == report.reference else (f"{ratio:.2f}×" if ratio else "–")])
+    if not rows:
+        return "<p>No target was timed (--runs 0, or none ran).</p>"
+    return _table(["target", "load ms", "first ms", "p50 ms", "p90 ms", "p99 ms", "runs", "p50 vs reference"], rows)
+
+
+def _conversions(report: Report) -> str:
+    rows = []
+    for t in report.targets:
+        conv = (t.details or {}).get("conversions") or []
+        if not conv:
+            continue
+        chain = " → ".join(f"<code>{_e(c.get('converter', '?'))}</code> ({'cached' if c.get('cached') else _num(c.get('seconds'), '.2f') + ' s'})"
+                           for c in conv)
+        rows.append([_e(t.id), f"{_e(report.model.get('path', 'source'))} → {chain} → {_e((t.artifact or {}).get('format', '?'))}"])
+    return _table(["target", "chain of conversions"], rows, numeric_from=9) if rows else "<p>No conversions recorded.</p>"
+
+
+def _problems(report: Report) -> str:
+    items = []
+    for t in report.targets:
+        if t.status == "pass" and not t.notes:
+            continue
+        parts = ([f"<b>{_e(t.status)}</b>"] + ([_e(t.error)] if t.error else []) + [_e(b) for b in t.breaches]
+                 + ([f"op <code>{_e(t.op)}</code>" + (f" (node <code>{_e(t.node)}</code>)" if t.node else "")] if t.op else [])
+                 + ([f"fix: <code>{_e(t.hint)}</code>"] if t.hint else []) + [_e(n) for n in t.notes])
+        items.append(f"<li><b>{_e(t.id)}</b>: {'; '.join(parts)}</li>")
+    notes = "".join(f"<li>{_e(n)}</li>" for n in report.notes)
+    out = f"<ul>{''.join(items)}</ul>" if items else "<p>Every target passed.</p>"
+    return out + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else "")
+
+
+def _diff(d: Diff) -> str:
+    if not d.changes:
+        return f"<p>No change beyond noise since the baseline ({_e(d.before)}).</p>"
+    rows = [[_e(c.target), _e(c.metric), _e(c.text),
+             '<span class="bad">regression</span>' if c.regression and c.gating else "regression (cross-check)" if c.regression else "change"]
+            for c in d.changes]
+    notes = "".join(f"<li>{_e(n)}</li>" for n in d.notes)
+    return f"<p class=meta>Baseline: {_e(d.before)}.</p>" + _table(["target", "metric", "change", "verdict"], rows, numeric_from=9) + (f"<ul>{notes}</ul>" if notes else "")
+
+
+def _environment(report: Report) -> str:
+    env = report.environment or {}
+    pk = ", ".join(f"{_e(k)} {_e(v)}" for k, v in (env.get("packages") or {}).items())
+    return (f"<p class=meta>Python {_e(env.get('python', '?'))} · {_e(env.get('platform', '?'))} · {_e(env.get('cpu', '?'))}"
+            f" · {_e(env.get('cores', '?'))} cores<br>{pk}</p>")
+
+
+def _plots(report: Report) -> str:
+    from portability.report.plots import all_plots
+
+    figs = [f"<figure><figcaption>{_e(title)}</figcaption>{svg}</figure>" for title, svg in all_plots(report) if svg]
+    return f'<div class="plots">{"".join(figs)}</div>' if figs else "<p>Nothing to plot: no target ran.</p>"
+
+
+def render(report: Report, diff: Diff | None = None) -> str:
+    name = Path(str(report.model.get("path", "model"))).name
+    failing = [t.id for t in report.targets if t.failed and t.gating]
+    regressed = [f"{c.target} ({c.metric})" for c in diff.gating_regressions] if diff else []
+    ok = report.passed and not regressed
+    why = ("every gating target is within its thresholds" if ok else
+           "; ".join(filter(None, [f"failing: {', '.join(failing)}" if failing else "",
+                                   f"regressed since the baseline: {', '.join(regressed)}" if regressed else ""])))
+    inp = report.inputs or {}
+    meta = (f"sha256 <code>{_e(report.model.get('sha256', ''))}</code> · opset {_e(report.model.get('opset', '?'))} · "
+            f"{_e(report.model.get('producer', ''))} · inputs: {_e(inp.get('source'))}, {_e(inp.get('samples'))} samples"
+            f"{' from ' + _e(inp['path']) if inp.get('path') else ''} · reference <span class=ref>{_e(report.reference)}</span>"
+            f" · {_e(report.created_at)} · portability {_e(report.tool.get('version', ''))}")
+    sections = [("At a glance", _glance(report)), ("Plots", _plots(report)), ("Targets", _targets(report))]
+    if diff is not None:
+        sections.append(("Changes since the baseline", _diff(diff)))
+    sections += [("Drift per output", _outputs(report)), ("Size per format and variant", _sizes(report)),
+                 ("Latency", _latency(report)), ("Conversions", _conversions(report)),
+                 ("Errors, breaches and notes", _problems(report)), ("Environment", _environment(report))]
+    body = "".join(f"<section><h2>{_e(h)}</h2>{s}</section>" for h, s in sections)
+    return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">"
+            f"<title>portability: {_e(name)} — {'passed' if ok else 'failed'}</title><style>{CSS}</style></head><body><main>"
+            f"<h1>portability report — {_e(name)}</h1><div class=\"verdict {'pass' if ok else 'fail'}\">"
+            f"{'PASSED' if ok else 'FAILED'}: {_e(why)}</div><p class=meta>{meta}</p>{body}</main></body></html>\n")
