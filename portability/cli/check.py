@@ -169,8 +169,8 @@ def check(
     if run_id is not None or why:
         err.print(f"history: run {run_id}" if run_id is not None else f"[yellow]history not recorded:[/] {why}", highlight=False)
     regressed = [] if changes is None else list(changes.gating_regressions)
-    for c in ([] if changes is None else changes.changes):
-        out.print(f"  {'[red]regression[/]' if c in regressed else 'change'} vs {changes.before}: [bold]{c.target}[/] {c.text}", highlight=False, soft_wrap=True)
+    for line in outputs.change_lines(changes):
+        out.print(line, highlight=False, soft_wrap=True)
     gating_failed = [t.id for t in report.targets if t.gating and t.failed]
     ref = report.targets[0]
     skipped = [t.id for t in report.targets if t.status == "skipped"]
@@ -181,7 +181,8 @@ def check(
         err.print(f"[yellow]{len(skipped)} of {len(report.targets)} targets skipped[/] (not available here: see each reason)")
     if report.passed and not regressed:
         err.print("[green]passed[/]: every gating target is within its thresholds"
-                  + (f" and nothing regressed since {changes.before}" if changes is not None else ""))
+                  + (f" and nothing regressed since {changes.before}" if changes is not None else ""), soft_wrap=True)
         return 0
-    err.print(f"[red]failed[/]: {', '.join(gating_failed + [f'{c.target} regressed ({c.metric})' for c in regressed])}")
+    err.print(f"[red]failed[/]: {', '.join(gating_failed + [f'{c.target} regressed ({c.metric})' for c in regressed])}",
+              soft_wrap=True, highlight=False)
     return 1

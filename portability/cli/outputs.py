@@ -63,6 +63,17 @@ def compare(base: tuple[Report, str] | None, report: Report, tol: Tolerances) ->
     return diff(base[0], report, tol, labels=(base[1], "this check"))
 
 
+def change_lines(d: Diff | None) -> list[str]:
+    """Rich-markup lines saying what changed since the baseline (regressions of gating targets in red)."""
+    if d is None:
+        return []
+    lines = [f"  [yellow]note:[/] {n}" for n in d.notes]
+    for c in d.changes:
+        tag = "[red]regression[/]" if c.regression and c.gating else "regression (cross-check)" if c.regression else "change"
+        lines.append(f"  {tag} vs {d.before}: [bold]{c.target}[/] {c.text}")
+    return lines or [f"  no change beyond noise since {d.before}"]
+
+
 def write_files(report: Report, d: Diff | None, html: Path | None, markdown: Path | None) -> list[str]:
     """Write the requested human reports; returns what was written, for the user."""
     from portability.report.files import write_atomic
