@@ -72,7 +72,13 @@ def _glance(report: Report) -> str:
     for p in platforms:
         ts = [t for t in report.targets if t.platform == p]
         bad = [t for t in ts if t.failed and t.gating]
-        verdict = f'<span class="bad">{len(bad)} failing</span>' if bad else "ok" if any(t.status == "pass" for t in ts) else "not run"
+        cross = sum(t.failed and not t.gating for t in ts)
+        if bad:
+            verdict = f'<span class="bad">{len(bad)} failing</span>'
+        elif all(t.status == "skipped" for t in ts):
+            verdict = "not run here"
+        else:
+            verdict = "ok" + (f" ({cross} cross-check{'s' if cross > 1 else ''} disagree{'' if cross > 1 else 's'})" if cross else "")
         rows.append([f"<b>{_e(p)}</b>", verdict, "".join(_pill(t) for t in ts)])
     return _table(["platform", "verdict", "targets (faded: cross-check, never fails the run)"], rows, numeric_from=9)
 
