@@ -41,7 +41,7 @@ def _run_user_tests(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_plugin_passes_a_portable_model_and_fails_a_drifting_one(tmp_path):
-    p = _run_user_tests(tmp_path, "--junitxml", str(tmp_path / "j.xml"))
+    p = _run_user_tests(tmp_path, "--junitxml", str(tmp_path / "j.xml"), "-o", "junit_family=xunit1")
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
     assert "2 passed" in out and "1 failed" in out, out

@@ -250,3 +250,27 @@ def test_profiles_and_regression_settings_from_config(tmp_path):
     assert set(b) == {"server/ort-cpu", "server/ort-cpu-noopt"} and b["server/ort-cpu-noopt"]["metrics"]["latency_ms"]["runs"] == 2
     bad = run_cli("check", str(FIXTURES / "mlp.onnx"), *cfg, "--profile", "nightly")
     assert bad.returncode == 2 and "no profile 'nightly' (profiles: ci)" in bad.stderr
+
+
+def test_latency_and_size_only_beyond_their_bounds():
+    """Latency is reported but gates only when asked; size growth gates beyond its bound; noise is silent."""
+    from portability.report.diff import Tolerances, diff
+    from portability.report.schema import Report, TargetResult
+
+    def report(p50: float, size: int, max_abs: float) -> Report:
+        t = TargetResult(id="web/ort-wasm", platform="web", status="pass", gating=True, artifact={"format": "onnx", "size_bytes": size},
+                         metrics={"outputs": {"y": {"max_abs": max_abs, "cosine": 1.0}}, "latency_ms": {"p50": p50}},
+                         thresholds={"max_abs": 1e-4})
+        return Report(tool={}, created_at="", environment={}, model={"inputs": [], "outputs": []}, inputs={},
+                      reference="server/ort-cpu", targets=(t,), passed=True)
+
+    base = report(1.0, 1000, 1e-6)
+    assert diff(base, report(1.2, 1050, 5e-6)).changes == ()  # within noise: +20 % latency, +5 % size, drift < 1e-5
+    slow = diff(base, report(3.0, 1000, 1e-6))
+    assert [(c.kind, c.regression) for c in slow.changes] == [("latency", False)]
+    assert [c.kind for c in diff(base, report(3.0, 1000, 1e-6), Tolerances(gate_latency=True)).gating_regressions] == ["latency"]
+    grown = diff(base, report(1.0, 1500, 1e-6))
+    assert [(c.kind, c.regression) for c in grown.changes] == [("size", True)]
+    assert diff(base, report(1.0, 1500, 1e-6), Tolerances(size_growth=0.6)).changes == ()
+    drifted = diff(base, report(1.0, 1000, 5e-5))
+    assert [(c.metric, c.regression) for c in drifted.changes] == [("max_abs[y]", True)]
