@@ -237,10 +237,15 @@ def test_bad_baseline_is_a_usage_error(tmp_path, spec, why):
     assert why in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
-def test_profiles_and_regression_settings_from_config(tmp_path):
+def test_profiles_input_specs_and_thresholds_from_config(tmp_path):
+    import shutil
+
+    (tmp_path / "data").mkdir()
+    shutil.copy(FIXTURES / "digits.npz", tmp_path / "data" / "d.npz")
     (tmp_path / "portability.toml").write_text(
         'targets = "server/ort-cpu"\nruns = 2\n[regression]\nsize_growth = 0.5\n'
-        '[profiles.ci]\ntargets = "server/ort-cpu-noopt"\n[thresholds]\nmax_abs = 1e-3\n')
+        '[profiles.ci]\ntargets = "server/ort-cpu-noopt"\ndataset = "data/d.npz"\nsamples = 50\n'
+        '[thresholds]\nmax_abs = 1e-3\n')
     cfg = ("--config", str(tmp_path / "portability.toml"))
     plain = run_cli("check", str(FIXTURES / "mlp.onnx"), *cfg, "--json", str(tmp_path / "a.json"))
     ci = run_cli("check", str(FIXTURES / "mlp.onnx"), *cfg, "--profile", "ci", "--json", str(tmp_path / "b.json"))
@@ -248,6 +253,9 @@ def test_profiles_and_regression_settings_from_config(tmp_path):
     assert set(by_id(json.loads((tmp_path / "a.json").read_text()))) == {"server/ort-cpu"}
     b = by_id(json.loads((tmp_path / "b.json").read_text()))
     assert set(b) == {"server/ort-cpu", "server/ort-cpu-noopt"} and b["server/ort-cpu-noopt"]["metrics"]["latency_ms"]["runs"] == 2
+    assert b["server/ort-cpu-noopt"]["thresholds"]["max_abs"] == 1e-3
+    inputs = json.loads((tmp_path / "b.json").read_text())["inputs"]
+    assert inputs["source"] == "dataset" and inputs["samples"] == 50  # the profile's dataset, relative to the file
     bad = run_cli("check", str(FIXTURES / "mlp.onnx"), *cfg, "--profile", "nightly")
     assert bad.returncode == 2 and "no profile 'nightly' (profiles: ci)" in bad.stderr
 

@@ -129,7 +129,7 @@ def check(
     base = outputs.load_baseline(pick(baseline, "baseline", None))
     opts = CheckOptions(
         targets=pick(targets, "targets", "server"),
-        inputs=inputs, dataset=dataset, shapes=list(shape or []),
+        inputs=pick(inputs, "inputs", None), dataset=pick(dataset, "dataset", None), shapes=list(shape or cfg.get("shapes", [])),
         samples=pick(samples, "samples", None), seed=pick(seed, "seed", 0),
         value_range=_floats(input_range, "--input-range"),
         warmup=pick(warmup, "warmup", 10), runs=pick(runs, "runs", 50),

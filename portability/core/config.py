@@ -5,12 +5,14 @@
     gate = ["server/onnx-reference"]       # make a cross-check gating; "-web/ort-webgl" makes one non-gating
     warmup = 10
     runs = 50
+    shapes = ["x=1x1x28x28"]               # input specs, as --shape; dataset / inputs as --dataset / --inputs
+    dataset = "data/digits.npz"            # paths are relative to this file
+    baseline = "reports/main.json"         # a JSON report or a history run id (check --baseline)
     [tool.portability.thresholds]
     max_abs = 1e-4
     cosine = 0.9999
     [tool.portability.thresholds."mobile/tflite-fp16"]
     max_abs = 5e-3
-    baseline = "reports/main.json"         # a JSON report or a history run id (check --baseline)
     [tool.portability.regression]          # what --baseline calls a regression (report/diff.py Tolerances)
     size_growth = 0.05
     [tool.portability.profiles.ci]         # --profile ci: these settings over the ones above
@@ -29,6 +31,9 @@ KEYS = {"targets": str, "gate": list, "warmup": int, "runs": int, "samples": int
         "timeout": (int, float), "convert_timeout": (int, float), "memory_limit_mb": (int, float), "thresholds": dict}
 #: comparing with a baseline (report/diff.py); named profiles ([tool.portability.profiles.NAME]) hold these keys too
 KEYS.update({"baseline": (str, int), "regression": dict})
+#: input specs; file paths are relative to the settings file
+KEYS.update({"shapes": list, "dataset": str, "inputs": str})
+PATHS = ("dataset", "inputs", "baseline")
 
 
 def find_config(start: Path) -> Path | None:
@@ -76,4 +81,8 @@ def load_config(path: Path | None, profile: str | None = None) -> dict:
             bad = [] if key in DEFAULTS and isinstance(value, (int, float)) else [key]
         if bad:
             raise UsageError(f"{path}: unknown threshold '{bad[0]}' (known: {', '.join(DEFAULTS)}; or a target id table)")
+    for key in PATHS:
+        value = table.get(key)
+        if isinstance(value, str) and not value.isdigit():  # a baseline may be a history run id
+            table[key] = str((path.parent / value).resolve())
     return table
