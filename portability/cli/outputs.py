@@ -30,6 +30,9 @@ def tolerances(cfg: dict, latency: bool, size_growth: float | None) -> Tolerance
     bad = [k for k in table if k not in known]
     if bad:
         raise UsageError(f"unknown regression setting '{bad[0]}' (known: {', '.join(sorted(known))})")
+    for k, v in table.items():
+        if isinstance(v, bool) != (k == "gate_latency") or not isinstance(v, (int, float)) or v < 0:
+            raise UsageError(f"regression setting '{k}' must be a {'true/false' if k == 'gate_latency' else 'non-negative number'}")
     if size_growth is not None:
         table["size_growth"] = size_growth
     if latency:
