@@ -18,6 +18,12 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PORTABILITY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+@pytest.fixture(autouse=True)
+def _private_history(tmp_path_factory, monkeypatch):
+    """Checks the tests run record their history in the session's temp folder, never the user's."""
+    monkeypatch.setenv("PORTABILITY_DATA_DIR", str(tmp_path_factory.getbasetemp() / "data"))
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     e = dict(os.environ, **(env or {}))
     return subprocess.run([sys.executable, "-m", "portability", *args], capture_output=True, text=True,

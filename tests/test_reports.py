@@ -20,7 +20,8 @@ TEST_TARGETS = {"PORTABILITY_TEST_TARGETS": "1"}
 
 
 @pytest.fixture(autouse=True)
-def _private_history(tmp_path, monkeypatch):
+def _history_per_test(tmp_path, monkeypatch):
+    """These tests count rows: each gets a history database of its own."""
     monkeypatch.setenv("PORTABILITY_DATA_DIR", str(tmp_path / "data"))
 
 
