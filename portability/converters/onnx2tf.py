@@ -28,8 +28,9 @@ import numpy as np
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.base import ConvertContext, Converter, package_version
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
-from portability.converters.tflite_layout import describe_tflite, onnx_signature
+from portability.converters.tflite_layout import describe_tflite
 from portability.core.artifact import Artifact
+from portability.core.model import read_signature
 from portability.core.errors import ConvertError, Unavailable
 
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -147,10 +148,10 @@ class SavedModelFromOnnx(Converter):
                     fix_input_shapes(src.path, model, shapes)
                 except Exception as e:
                     raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
-            return self._convert(model, out_dir, ctx, shapes)
+            sig = read_signature(model) if shapes or not ctx.signature else ctx.signature
+            return self._convert(model, out_dir, ctx, shapes, sig)
 
-    def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None) -> Artifact:
-        sig = onnx_signature(model)
+    def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None, sig: dict) -> Artifact:
         raw = out_dir / ".onnx2tf"
         log = run_onnx2tf(model, raw, ctx.timeout_s, shapes)
         (out_dir / "tflite").mkdir()

@@ -20,7 +20,7 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
-from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
+from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
 
 KERNELS = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
 
@@ -132,7 +132,7 @@ class LiteRt(Runtime):
             self.it.allocate_tensors()
         except Exception as e:
             raise litert_error(e) from None
-        self._dtypes = {t["name"]: t["dtype"] for t in self.meta.get("onnx_signature", {}).get("outputs", [])}
+        self._dtypes = output_dtypes(artifact)
         self._shape = {e["index"]: list(self.it.get_tensor(e["index"]).shape) for e in self.io["inputs"]}
 
     def describe(self) -> str:
@@ -147,6 +147,9 @@ class LiteRt(Runtime):
             if k in self.meta:
                 d[k] = self.meta[k]
         return d
+
+    def output_quant(self) -> dict[str, dict] | None:
+        return quant_details(self.io).get("output_quant")
 
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         it = self.it

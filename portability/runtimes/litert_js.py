@@ -16,6 +16,7 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, TargetError, Unavailable
+from portability.runtimes.base import output_dtypes
 from portability.runtimes.web import WebRuntime
 
 #: LiteRT's messages that name an op it cannot run ("Encountered unresolved custom op: FlexErf",
@@ -43,8 +44,7 @@ class LiteRtJs(WebRuntime):
         from portability.web.paths import package_version
 
         self._io = tflite_io(artifact)
-        sig = artifact.meta.get("onnx_signature") or {}
-        self._onnx_dtypes = {t["name"]: t["dtype"] for t in sig.get("outputs", [])}
+        self._onnx_dtypes = output_dtypes(artifact)
         return {"accelerator": self.accelerator, "threads": int(self.options.get("threads", 1)),
                 "version": package_version("@litertjs/core")}
 

@@ -11,6 +11,8 @@ from portability.runtimes.base import Availability, Runtime, modules_present
 
 
 class OnnxReference(Runtime):
+    caveat = "onnx.reference has known wrong kernels; a disagreement with ONNX Runtime does not say which side is right"
+
     @classmethod
     def availability(cls) -> Availability:
         return modules_present("onnx", hint="pip install onnx")
@@ -31,8 +33,6 @@ class OnnxReference(Runtime):
     def describe(self) -> str:
         return f"onnx.reference {self._version}"
 
-    def details(self) -> dict[str, Any]:
-        return {"caveat": "onnx.reference has known wrong kernels; a disagreement with ONNX Runtime does not say which side is right"}
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:

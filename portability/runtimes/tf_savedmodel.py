@@ -13,7 +13,7 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
-from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
+from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
 from portability.runtimes.litert import from_tflite, tflite_io, to_tflite
 
 
@@ -39,7 +39,7 @@ class TfSavedModel(Runtime):
         if want - have:
             raise LoadError(f"the SavedModel's signature lacks input(s) {sorted(want - have)} (has {sorted(have)})")
         onnx_outputs = [t["name"] for t in artifact.meta.get("onnx_signature", {}).get("outputs", [])]
-        self._dtypes = {t["name"]: t["dtype"] for t in artifact.meta.get("onnx_signature", {}).get("outputs", [])}
+        self._dtypes = output_dtypes(artifact)
         self._out_keys = [self._output_key(e, onnx_outputs) for e in self.io["outputs"]]
 
     def _output_key(self, e: dict, onnx_outputs: list[str]) -> str:

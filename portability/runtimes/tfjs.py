@@ -16,6 +16,7 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, TargetError, Unavailable
+from portability.runtimes.base import output_dtypes
 from portability.runtimes.web import WebRuntime
 
 _PACKAGES = {"wasm": ("@tensorflow/tfjs-backend-wasm",), "webgpu": ("@tensorflow/tfjs-backend-webgpu",)}
@@ -46,7 +47,7 @@ class Tfjs(WebRuntime):
             raise LoadError(f"{artifact.path.name}: no ONNX <-> TF.js tensor mapping in the artifact's metadata "
                             "(was it produced by TfjsFromSavedModel?)")
         self._io = io
-        self._onnx_dtypes = {t["name"]: t["dtype"] for t in (artifact.meta.get("onnx_signature") or {}).get("outputs", [])}
+        self._onnx_dtypes = output_dtypes(artifact)
         return {"backend": self.backend, "threads": int(self.options.get("threads", 1))}
 
     def after_load(self) -> None:

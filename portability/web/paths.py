@@ -8,7 +8,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from portability.runtimes.base import Availability
+from portability.core.availability import Availability
 
 CHROMIUM = "/usr/bin/chromium"
 HARNESS_DIR = Path(__file__).resolve().parent / "harness"
