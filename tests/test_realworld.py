@@ -20,10 +20,12 @@ FAST = ("--runs", "3", "--warmup", "1")
 
 
 def _web_missing() -> str | None:
-    from portability.web.paths import web_availability
+    from portability.runtimes.litert_js import LiteRtJs
+    from portability.runtimes.ort_web import OrtWeb
+    from portability.runtimes.tfjs import Tfjs
 
-    a = web_availability("onnxruntime-web", "@tensorflow/tfjs", "@litertjs/core")
-    return None if a.ok else f"{a.reason} (fix: {a.hint})"
+    a = next((a for a in (c.availability() for c in (OrtWeb, Tfjs, LiteRtJs)) if not a.ok), None)
+    return None if a is None else f"{a.reason} (fix: {a.hint})"
 
 
 _MISSING = [m for m in ("onnx2tf", "tensorflow", "tensorflowjs", "ai_edge_litert") if importlib.util.find_spec(m) is None]

@@ -65,6 +65,30 @@ class Converter(ABC):
         the converter is not installed. Never touch the network; never modify ``src``'s files."""
 
 
+def require(modules: dict[str, str], purpose: str) -> None:
+    """Raise Unavailable (the target is skipped, with the install hint) unless every module is installed.
+    ``modules``: module name -> the install hint."""
+    import importlib.util
+
+    from portability.core.errors import Unavailable
+
+    for mod, hint in modules.items():
+        if importlib.util.find_spec(mod) is None:
+            raise Unavailable(f"Python package '{mod}' is not installed (needed {purpose})", hint)
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a converter subprocess that must never reach the network: every
+    proxy points at a closed port, so any download fails at once, offline or not."""
+    import os
+
+    env = dict(os.environ, **extra)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env[var] = "http://127.0.0.1:9"
+    env.pop("NO_PROXY", None), env.pop("no_proxy", None)
+    return env
+
+
 def package_version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 

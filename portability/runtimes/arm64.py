@@ -20,13 +20,12 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, Unavailable
-from portability.runtimes.base import Availability, Runtime, output_dtypes
-from portability.runtimes.litert import (KERNELS, batches, default_threads, from_tflite, layout_details,
-                                         litert_error, quant_details, tflite_io, to_tflite)
+from portability.runtimes.base import Availability, Runtime
+from portability.runtimes.litert import (TfliteMapped, batches, default_threads, from_tflite, layout_details,
+                                         litert_error, quant_details, to_tflite)
 from portability.runtimes.ort import ort_error
 
 SERVER = Path(__file__).resolve().parent.parent / "mobile" / "arm64_server.py"
-LOAD_TIMEOUT_S = 600
 
 
 class _Emulated(Runtime):
@@ -117,26 +116,19 @@ class _Emulated(Runtime):
         self.proc = None
 
 
-class Arm64Tflite(_Emulated):
+class Arm64Tflite(TfliteMapped, _Emulated):
     """LiteRT's aarch64 build. Options: ``kernels`` (xnnpack|builtin|reference), ``threads``."""
 
     input_format = "tflite"
     kind = "tflite"
+    OPTIONS = frozenset({"kernels", "threads"})
 
     def load(self, artifact: Artifact) -> None:
-        self.io = tflite_io(artifact)
-        self.meta = artifact.meta
-        self.kernels = self.options.get("kernels", "xnnpack")
-        if self.kernels not in KERNELS:
-            raise LoadError(f"unknown LiteRT kernels {self.kernels!r}")
-        self._dtypes = output_dtypes(artifact)
+        self._open_mapping(artifact)
         self._load(artifact.path, [e["index"] for e in self.io["inputs"]], [e["index"] for e in self.io["outputs"]], self.kernels)
 
     def _error(self, reply: dict, cls):
         return litert_error(RuntimeError(reply.get("error", "")), cls)
-
-    def output_quant(self) -> dict[str, dict] | None:
-        return quant_details(self.io).get("output_quant")
 
     def _prepare(self, feeds):
         return batches(self.io, to_tflite(self.io, feeds))[0]
@@ -159,6 +151,7 @@ class Arm64Ort(_Emulated):
 
     input_format = "ort"
     kind = "ort"
+    OPTIONS = frozenset({"threads"})
 
     def load(self, artifact: Artifact) -> None:
         self.meta = artifact.meta

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from portability.core.artifact import Artifact
-from portability.core.availability import Availability, modules_present  # noqa: F401 (runtimes import them here)
+from portability.core.availability import Availability, modules_present  # noqa: F401  (runtimes import both from here)
 
 
 def time_calls(fn, args: tuple, warmup: int, runs: int) -> list[float]:
@@ -42,8 +42,15 @@ class Runtime(ABC):
     #: what a disagreement with the reference does (not) mean, for a known-imperfect implementation
     caveat: ClassVar[str | None] = None
 
+    #: the target options it reads; any other is a mistake in a target's definition
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+
     def __init__(self, options: dict[str, Any] | None = None):
         self.options = dict(options or {})
+        unknown = sorted(set(self.options) - self.OPTIONS)
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: unknown option(s) {', '.join(unknown)} "
+                             f"(it reads: {', '.join(sorted(self.OPTIONS)) or 'none'})")
 
     # -- facts ---------------------------------------------------------------------------------------
     @classmethod

@@ -110,8 +110,27 @@ def litert_error(e: Exception, cls=LoadError):
     return cls(msg[:600], op=op)
 
 
-class LiteRt(Runtime):
+class TfliteMapped:
+    """What the in-process and the emulated LiteRT runtimes share: the artifact's mapping, the kernels
+    option and the ONNX output dtypes, and the quantization of its outputs."""
+
+    options: dict[str, Any]
+
+    def _open_mapping(self, artifact: Artifact) -> None:
+        self.io = tflite_io(artifact)
+        self.meta = artifact.meta
+        self.kernels = self.options.get("kernels", "xnnpack")
+        if self.kernels not in KERNELS:
+            raise LoadError(f"unknown LiteRT kernels {self.kernels!r} (one of {', '.join(KERNELS)})")
+        self._dtypes = output_dtypes(artifact)
+
+    def output_quant(self) -> dict[str, dict] | None:
+        return quant_details(self.io).get("output_quant")
+
+
+class LiteRt(TfliteMapped, Runtime):
     input_format = "tflite"
+    OPTIONS = frozenset({"kernels", "threads"})
 
     @classmethod
     def availability(cls) -> Availability:
@@ -120,19 +139,14 @@ class LiteRt(Runtime):
     def load(self, artifact: Artifact) -> None:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        self.io = tflite_io(artifact)
-        self.meta = artifact.meta
-        self.kernels = self.options.get("kernels", "xnnpack")
+        self._open_mapping(artifact)
         self.threads = int(self.options.get("threads") or default_threads())
-        if self.kernels not in KERNELS:
-            raise LoadError(f"unknown LiteRT kernels {self.kernels!r} (one of {', '.join(KERNELS)})")
         try:
             self.it = Interpreter(model_path=str(artifact.path), num_threads=self.threads,
                                   experimental_op_resolver_type=getattr(OpResolverType, KERNELS[self.kernels]))
             self.it.allocate_tensors()
         except Exception as e:
             raise litert_error(e) from None
-        self._dtypes = output_dtypes(artifact)
         self._shape = {e["index"]: list(self.it.get_tensor(e["index"]).shape) for e in self.io["inputs"]}
 
     def describe(self) -> str:
@@ -147,9 +161,6 @@ class LiteRt(Runtime):
             if k in self.meta:
                 d[k] = self.meta[k]
         return d
-
-    def output_quant(self) -> dict[str, dict] | None:
-        return quant_details(self.io).get("output_quant")
 
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         it = self.it

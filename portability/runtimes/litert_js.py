@@ -27,10 +27,10 @@ _OP = re.compile(r"unresolved custom op: (\w+)|find op for builtin opcode '(\w+)
 
 class LiteRtJs(WebRuntime):
     engine = "litert"
-    packages: ClassVar[tuple[str, ...]] = ("@litertjs/core", "@litertjs/wasm-utils")
+    OPTIONS = WebRuntime.OPTIONS | {"accelerator", "threads"}
+    packages: ClassVar[dict[str, str]] = {"@litertjs/core": "dist/index.js", "@litertjs/wasm-utils": "dist/index.js"}
+    served = ("@litertjs/core/dist", "@litertjs/core/wasm", "@litertjs/wasm-utils/dist")
     input_format = "tflite"
-    _io: dict[str, Any] | None = None
-    _onnx_dtypes: dict[str, str] = {}
 
     @property
     def accelerator(self) -> str:
@@ -49,9 +49,7 @@ class LiteRtJs(WebRuntime):
                 "version": package_version("@litertjs/core")}
 
     def after_load(self) -> None:
-        device = self._info.get("device")
-        if device:
-            self.device = device["device"]
+        super().after_load()
         dynamic = [t for t in self._info.get("inputs") or [] if any(d < 0 for d in t["shape"])]
         if dynamic:  # LiteRT.js has no resize: every run would fail on the shape check
             t = dynamic[0]

@@ -1,8 +1,6 @@
 """onnx.reference: the ONNX project's pure-Python evaluator of the spec (slow; a cross-check, not an oracle)."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from portability.core.artifact import Artifact
