@@ -31,6 +31,7 @@ from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_tflite
 from portability.core.artifact import Artifact
 from portability.core.model import read_signature
+from portability.core.protocol import IoMap
 from portability.core.errors import ConvertError
 
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -179,9 +180,9 @@ def _calibration(ctx: ConvertContext, io: dict, sig: dict) -> tuple[list[dict[st
     samples = []
     for i in range(n):
         s = {}
-        for e in io["inputs"]:
-            x = np.asarray(cal[e["onnx"]][i:i + 1])
-            s[e["onnx"]] = x.transpose(e["to_tflite"]) if e["to_tflite"] else x.reshape(e["shape"])
+        for e in IoMap.from_dict(io).inputs:
+            x = np.asarray(cal[e.onnx][i:i + 1])
+            s[e.onnx] = x.transpose(e.perm) if e.perm else x.reshape(e.shape)
         samples.append(s)
     return samples, f"{source} ({n} samples)"
 
@@ -195,7 +196,7 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quant == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS,
                                       tf.lite.OpsSet.SELECT_TF_OPS]
     if quant == "int8":
-        keys = {e["onnx"]: e.get("key") or e["tensor"].removeprefix("serving_default_").split(":")[0] for e in io["inputs"]}
+        keys = {e.onnx: e.key or e.tensor.removeprefix("serving_default_").split(":")[0] for e in IoMap.from_dict(io).inputs}
 
         def representative():
             for s in samples or []:

@@ -167,6 +167,58 @@ class WorkerResult:
         return cls(status=status, error=error, **kw)
 
 
+# -- the ONNX <-> TFLite tensor mapping a converter records in its artifact (``meta["tflite_io"]``) -------
+
+@dataclass(frozen=True)
+class TensorLink:
+    """One ONNX tensor and the TFLite (or SavedModel) tensor that holds it.
+
+    ``perm``: for an input, the transposition from the ONNX layout to the file's (``to_tflite``); for an
+    output, from the file's layout back to ONNX's (``to_onnx``); None when only a reshape relates them.
+    ``quant``: ``{"scale", "zero_point"}`` of a quantized tensor. ``key``: its signature key, if any."""
+
+    onnx: str
+    index: int
+    tensor: str
+    shape: tuple[int, ...]
+    dtype: str
+    perm: tuple[int, ...] | None = None
+    quant: dict | None = None
+    key: str | None = None
+
+    def to_dict(self, perm_name: str) -> dict[str, Any]:
+        return {"onnx": self.onnx, "index": self.index, "tensor": self.tensor, "shape": list(self.shape),
+                "dtype": self.dtype, perm_name: list(self.perm) if self.perm is not None else None,
+                "quant": self.quant, "key": self.key}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], perm_name: str) -> "TensorLink":
+        perm = d.get(perm_name)
+        return cls(d["onnx"], int(d["index"]), d["tensor"], tuple(int(x) for x in d["shape"]), d["dtype"],
+                   tuple(int(x) for x in perm) if perm is not None else None, d.get("quant"), d.get("key"))
+
+
+@dataclass(frozen=True)
+class IoMap:
+    inputs: tuple[TensorLink, ...]
+    outputs: tuple[TensorLink, ...]
+    #: "shapes" (decided by matching shapes) | "probe" (by a probe inference against ONNX Runtime)
+    resolved_by: str = "shapes"
+    #: whether the file has a signature (else tensors are matched by order)
+    signature: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"inputs": [t.to_dict("to_tflite") for t in self.inputs],
+                "outputs": [t.to_dict("to_onnx") for t in self.outputs],
+                "resolved_by": self.resolved_by, "signature": self.signature}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "IoMap":
+        return cls(tuple(TensorLink.from_dict(t, "to_tflite") for t in d["inputs"]),
+                   tuple(TensorLink.from_dict(t, "to_onnx") for t in d["outputs"]),
+                   d.get("resolved_by", "shapes"), bool(d.get("signature")))
+
+
 # -- arrays across the boundary ---------------------------------------------------------------------------
 # Tensor names may hold characters zip members should not: arrays are keyed by position. Feeds: ``in<i>``
 # stacked over batches. Outputs: ``out<j>`` stacked over batches, or ``out<j>.<batch>`` per batch when the
@@ -213,5 +265,5 @@ def load_outputs(path: Path, names: list[str] | tuple[str, ...]) -> dict[str, np
     return out
 
 
-__all__ = ["Phase", "Job", "ConversionStep", "WorkerResult", "WORKER_STATUSES", "save_feeds", "load_feeds",
+__all__ = ["Phase", "Job", "ConversionStep", "WorkerResult", "WORKER_STATUSES", "TensorLink", "IoMap", "save_feeds", "load_feeds",
            "save_outputs", "load_outputs", "PROTOCOL_VERSION"]

@@ -125,7 +125,7 @@ class Arm64Tflite(TfliteMapped, _Emulated):
 
     def load(self, artifact: Artifact) -> None:
         self._open_mapping(artifact)
-        self._load(artifact.path, [e["index"] for e in self.io["inputs"]], [e["index"] for e in self.io["outputs"]], self.kernels)
+        self._load(artifact.path, [e.index for e in self.io.inputs], [e.index for e in self.io.outputs], self.kernels)
 
     def _error(self, reply: dict, cls):
         return litert_error(RuntimeError(reply.get("error", "")), cls)

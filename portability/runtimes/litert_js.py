@@ -61,18 +61,18 @@ class LiteRtJs(WebRuntime):
         from portability.runtimes.litert import to_tflite
 
         arrays = to_tflite(self._io, feeds)
-        return {e["tensor"]: a for e, a in zip(self._io["inputs"], arrays)}
+        return {e.tensor: a for e, a in zip(self._io.inputs, arrays)}
 
     def from_page(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from portability.runtimes.litert import from_tflite
 
         raw = []
-        for i, e in enumerate(self._io["outputs"]):
-            y = outputs.get(e["tensor"])
+        for i, e in enumerate(self._io.outputs):
+            y = outputs.get(e.tensor)
             if y is None:  # names differ between the two runtimes: fall back to the output order
                 names = list(outputs)
-                if len(names) != len(self._io["outputs"]):
-                    raise RunError(f"LiteRT.js gave outputs {names}, expected {[o['tensor'] for o in self._io['outputs']]}")
+                if len(names) != len(self._io.outputs):
+                    raise RunError(f"LiteRT.js gave outputs {names}, expected {[o.tensor for o in self._io.outputs]}")
                 y = outputs[names[i]]
             raw.append(y)
         return from_tflite(self._io, raw, self._onnx_dtypes)
@@ -89,7 +89,8 @@ class LiteRtJs(WebRuntime):
     def details(self) -> dict[str, Any]:
         d = super().details()
         if self._io:
-            d["layout"] = {e["onnx"]: {"tensor": e["tensor"], "to_tflite": e["to_tflite"]} for e in self._io["inputs"]}
+            d["layout"] = {e.onnx: {"tensor": e.tensor, "to_tflite": list(e.perm) if e.perm is not None else None}
+                           for e in self._io.inputs}
         return d
 
     def op_error(self, message: str, cls: type[TargetError]) -> TargetError:
