@@ -62,7 +62,7 @@ class Bare:
         from portability.web.server import HarnessServer
 
         (name, x), = feeds.items()
-        self.server = HarnessServer(HARNESS_DIR, modules_dir()).start()
+        self.server = HarnessServer(HARNESS_DIR, modules_dir(), module_dirs=("onnxruntime-web/dist",)).start()
         self.browser = Browser().start()
         try:
             url = self.server.serve_artifact(model.parent) + model.name

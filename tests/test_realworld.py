@@ -20,10 +20,12 @@ FAST = ("--runs", "3", "--warmup", "1")
 
 
 def _web_missing() -> str | None:
-    from portability.web.paths import web_availability
+    from portability.runtimes.litert_js import LiteRtJs
+    from portability.runtimes.ort_web import OrtWeb
+    from portability.runtimes.tfjs import Tfjs
 
-    a = web_availability("onnxruntime-web", "@tensorflow/tfjs", "@litertjs/core")
-    return None if a.ok else f"{a.reason} (fix: {a.hint})"
+    a = next((a for a in (c.availability() for c in (OrtWeb, Tfjs, LiteRtJs)) if not a.ok), None)
+    return None if a is None else f"{a.reason} (fix: {a.hint})"
 
 
 _MISSING = [m for m in ("onnx2tf", "tensorflow", "tensorflowjs", "ai_edge_litert") if importlib.util.find_spec(m) is None]
@@ -148,7 +150,7 @@ def test_static_model_cache_keys_ignore_shapes(tmp_path):
     from portability.converters.base import ConvertContext
     from portability.converters.onnx2tf import SavedModelFromOnnx
     from portability.core.artifact import Artifact
-    from portability.core.cache import cache_key
+    from portability.engine.cache import cache_key
 
     src = Artifact(path=FIXTURES / "lenet.onnx", format="onnx", sha256="abc")
     plain = cache_key(src, SavedModelFromOnnx(), {}, ConvertContext())

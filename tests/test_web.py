@@ -15,10 +15,12 @@ from conftest import by_id, check_json
 
 
 def _web_missing() -> str | None:
-    from portability.web.paths import web_availability
+    from portability.runtimes.litert_js import LiteRtJs
+    from portability.runtimes.ort_web import OrtWeb
+    from portability.runtimes.tfjs import Tfjs
 
-    a = web_availability("onnxruntime-web", "@tensorflow/tfjs", "@tensorflow/tfjs-backend-wasm", "@litertjs/core")
-    return None if a.ok else f"{a.reason} (fix: {a.hint})"
+    a = next((a for a in (c.availability() for c in (OrtWeb, Tfjs, LiteRtJs)) if not a.ok), None)
+    return None if a is None else f"{a.reason} (fix: {a.hint})"
 
 
 _WHY = _web_missing()
@@ -270,7 +272,7 @@ def test_server_serves_only_its_files_with_isolation_headers(tmp_path):
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), b""
 
-    with HarnessServer(harness, modules) as srv:
+    with HarnessServer(harness, modules, module_dirs=("onnxruntime-web/dist",)) as srv:
         base = srv.serve_artifact(art).removesuffix("a/")
         assert base.startswith("http://127.0.0.1:")
         status, headers, body = get(base + "m/onnxruntime-web/dist/ort.wasm")

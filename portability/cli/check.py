@@ -6,8 +6,6 @@ from typing import List, Optional
 
 import typer
 
-PHASES = {"start": "starting", "convert": "converting", "load": "loading", "infer": "running", "time": "timing"}
-
 
 def _floats(s: str, what: str) -> tuple[float, float]:
     from portability.core.errors import UsageError
@@ -36,7 +34,9 @@ class _Progress:
         self._refresh()
 
     def target_phase(self, target, phase) -> None:
-        self.running[target.id] = PHASES.get(phase, phase)
+        from portability.core.protocol import Phase
+
+        self.running[target.id] = Phase(phase).label
         self._refresh()
 
     def target_done(self, r) -> None:
@@ -97,8 +97,8 @@ def check(
     from portability.core.config import find_config, load_config
     from portability.core.errors import UsageError
     from portability.core.model import load_model_isolated
-    from portability.core.pipeline import CheckOptions, check as run_check
-    from portability.core.runner import Limits
+    from portability.engine.pipeline import CheckOptions, check as run_check
+    from portability.engine.runner import Limits
     from portability.report.files import write_json, write_junit
     from portability.report.table import explanations, render
 

@@ -1,7 +1,7 @@
 """The Converter interface: one conversion per class, named ``<Output>From<Input>``.
 
 ``convert`` is a pure function of (input bytes, converter version, options, calibration data): the
-pipeline calls it through the content-addressed cache (``portability.core.cache``), so a second run
+pipeline calls it through the content-addressed cache (``portability.engine.cache``), so a second run
 with the same inputs converts nothing. Converters run inside a worker process.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ class ConvertContext:
     ``calibration``: representative inputs (ONNX input name -> array stacked over samples, ONNX layout),
     with ``calibration_source`` saying where they came from ("dataset", "file" or "synthesized").
     ``timeout_s``: the conversion's time budget (the worker is killed past it).
+    ``signature``: the source ONNX model's inputs and outputs (read once, by the isolated loader).
     ``input_shapes``: the static shapes the check resolved for inputs with dynamic dimensions (input
     name -> dims; empty for a static model). Converters that need static shapes use them.
     """
@@ -31,6 +32,8 @@ class ConvertContext:
     calibration_source: str | None = None
     timeout_s: float | None = None
     input_shapes: dict[str, list[int]] | None = None
+    #: the source model's signature (``ModelInfo.signature()``), from the job
+    signature: dict | None = None
 
 
 class Converter(ABC):
@@ -60,6 +63,30 @@ class Converter(ABC):
 
         Raise ConvertError with the converter's meaningful message lines on failure, Unavailable when
         the converter is not installed. Never touch the network; never modify ``src``'s files."""
+
+
+def require(modules: dict[str, str], purpose: str) -> None:
+    """Raise Unavailable (the target is skipped, with the install hint) unless every module is installed.
+    ``modules``: module name -> the install hint."""
+    import importlib.util
+
+    from portability.core.errors import Unavailable
+
+    for mod, hint in modules.items():
+        if importlib.util.find_spec(mod) is None:
+            raise Unavailable(f"Python package '{mod}' is not installed (needed {purpose})", hint)
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a converter subprocess that must never reach the network: every
+    proxy points at a closed port, so any download fails at once, offline or not."""
+    import os
+
+    env = dict(os.environ, **extra)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env[var] = "http://127.0.0.1:9"
+    env.pop("NO_PROXY", None), env.pop("no_proxy", None)
+    return env
 
 
 def package_version(dist: str) -> str:

@@ -4,7 +4,7 @@ onnx2tf runs **once** per model: ``SavedModelFromOnnx`` keeps its SavedModel and
 files in one cache entry; ``TfliteFromSavedModel`` then picks a float variant or quantizes (dynamic range)
 and ``Int8TfliteFromSavedModel`` quantizes fully with calibration data, both sub-second from the
 SavedModel — the same ``TFLiteConverter.from_saved_model`` path onnx2tf's own ``-oiqt`` takes. Targets use
-``tflite_chain(quant)``; ``TfliteFromOnnx`` does the whole chain in one step for callers without a cache.
+``tflite_chain(quant)``.
 
 onnx2tf is run as a subprocess (``python -m onnx2tf``) in a scratch folder on a **copy** of the model (it
 rewrites its input in place), with this environment's bin folder on PATH (it shells out to ``onnxsim``;
@@ -26,11 +26,13 @@ from typing import Any
 import numpy as np
 
 from portability.converters.onnx_snapshot import SNAPSHOT
-from portability.converters.base import ConvertContext, Converter, package_version
+from portability.converters.base import ConvertContext, Converter, offline_env, package_version, require
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
-from portability.converters.tflite_layout import describe_tflite, onnx_signature
+from portability.converters.tflite_layout import describe_tflite
 from portability.core.artifact import Artifact
-from portability.core.errors import ConvertError, Unavailable
+from portability.core.model import read_signature
+from portability.core.protocol import IoMap
+from portability.core.errors import ConvertError
 
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 QUANTS = ("fp32", "fp16", "dynint8", "int8")
@@ -54,14 +56,12 @@ def _versions() -> str:
     return f"2+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
-def _require() -> None:
-    import importlib.util
+_NEEDS = {"onnx2tf": "pip install --no-deps onnx2tf==1.29.24 (see requirements/)", "tensorflow": "pip install tensorflow-cpu",
+          "tf_keras": "pip install --no-deps tf-keras", "ai_edge_litert": "pip install ai-edge-litert"}
 
-    for mod, hint in (("onnx2tf", "pip install --no-deps onnx2tf==1.29.24 (see requirements/)"),
-                      ("tensorflow", "pip install tensorflow-cpu"), ("tf_keras", "pip install --no-deps tf-keras"),
-                      ("ai_edge_litert", "pip install ai-edge-litert")):
-        if importlib.util.find_spec(mod) is None:
-            raise Unavailable(f"Python package '{mod}' is not installed (needed to convert to TFLite)", hint)
+
+def _require() -> None:
+    require(_NEEDS, "to convert to TFLite")
 
 
 def meaningful_lines(log: str, limit: int = 12) -> list[str]:
@@ -97,12 +97,8 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
         work = Path(scratch)
         shutil.copyfile(onnx_path, work / "model.onnx")  # onnx2tf rewrites its input in place
         np.save(work / SAMPLE_FILE, np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32))
-        env = dict(os.environ)
+        env = offline_env(TF_CPP_MIN_LOG_LEVEL="2")
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-            env[var] = "http://127.0.0.1:9"  # a closed port: any download fails at once, offline or not
-        env.pop("NO_PROXY", None), env.pop("no_proxy", None)
-        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), "-osd",
                *onnx2tf_args(input_shapes)]
         try:
@@ -147,10 +143,10 @@ class SavedModelFromOnnx(Converter):
                     fix_input_shapes(src.path, model, shapes)
                 except Exception as e:
                     raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
-            return self._convert(model, out_dir, ctx, shapes)
+            sig = read_signature(model) if shapes or not ctx.signature else ctx.signature
+            return self._convert(model, out_dir, ctx, shapes, sig)
 
-    def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None) -> Artifact:
-        sig = onnx_signature(model)
+    def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None, sig: dict) -> Artifact:
         raw = out_dir / ".onnx2tf"
         log = run_onnx2tf(model, raw, ctx.timeout_s, shapes)
         (out_dir / "tflite").mkdir()
@@ -184,9 +180,9 @@ def _calibration(ctx: ConvertContext, io: dict, sig: dict) -> tuple[list[dict[st
     samples = []
     for i in range(n):
         s = {}
-        for e in io["inputs"]:
-            x = np.asarray(cal[e["onnx"]][i:i + 1])
-            s[e["onnx"]] = x.transpose(e["to_tflite"]) if e["to_tflite"] else x.reshape(e["shape"])
+        for e in IoMap.from_dict(io).inputs:
+            x = np.asarray(cal[e.onnx][i:i + 1])
+            s[e.onnx] = x.transpose(e.perm) if e.perm else x.reshape(e.shape)
         samples.append(s)
     return samples, f"{source} ({n} samples)"
 
@@ -200,7 +196,7 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quant == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS,
                                       tf.lite.OpsSet.SELECT_TF_OPS]
     if quant == "int8":
-        keys = {e["onnx"]: e.get("key") or e["tensor"].removeprefix("serving_default_").split(":")[0] for e in io["inputs"]}
+        keys = {e.onnx: e.key or e.tensor.removeprefix("serving_default_").split(":")[0] for e in IoMap.from_dict(io).inputs}
 
         def representative():
             for s in samples or []:
@@ -276,21 +272,3 @@ class Int8TfliteFromSavedModel(Converter):
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         _require()
         return _pick(src, out_dir, "int8", ctx)
-
-
-class TfliteFromOnnx(Converter):
-    """The whole chain in one step (onnx2tf runs every time): ``quant`` in fp32|fp16|dynint8|int8."""
-
-    output_format = "tflite"
-    uses_calibration = True
-
-    def version(self) -> str:
-        return _versions()
-
-    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        quant = options.get("quant", "fp32")
-        if quant not in QUANTS:
-            raise ConvertError(f"TfliteFromOnnx: quant {quant!r} not in {'|'.join(QUANTS)}")
-        with tempfile.TemporaryDirectory(prefix="portability-sm-") as tmp:
-            sm = SavedModelFromOnnx().convert(src, Path(tmp), {}, ctx)
-            return _pick(sm, out_dir, quant, ctx)

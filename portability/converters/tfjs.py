@@ -14,16 +14,15 @@ Options: ``quantize``: ``None`` (float32 weights) | ``float16`` | ``uint8`` | ``
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from portability.converters.base import ConvertContext, Converter, package_version
+from portability.converters.base import ConvertContext, Converter, offline_env, package_version, require
 from portability.core.artifact import Artifact
-from portability.core.errors import ConvertError, Unavailable
+from portability.core.errors import ConvertError
 
 QUANTIZE = {None: [], "float16": ["--quantize_float16=*"], "uint8": ["--quantize_uint8=*"], "uint16": ["--quantize_uint16=*"]}
 
@@ -41,13 +40,8 @@ converter.pip_main()
 """
 
 
-def _require() -> None:
-    import importlib.util
-
-    for mod, hint in (("tensorflowjs", "pip install --no-deps tensorflowjs==4.22.0 (see requirements/nodeps.txt)"),
-                      ("tensorflow", "pip install tensorflow-cpu"), ("tf_keras", "pip install --no-deps tf-keras")):
-        if importlib.util.find_spec(mod) is None:
-            raise Unavailable(f"Python package '{mod}' is not installed (needed to convert to TF.js)", hint)
+_NEEDS = {"tensorflowjs": "pip install --no-deps tensorflowjs==4.22.0 (see requirements/nodeps.txt)",
+          "tensorflow": "pip install tensorflow-cpu", "tf_keras": "pip install --no-deps tf-keras"}
 
 
 def _failure_lines(log: str, limit: int = 8) -> list[str]:
@@ -111,16 +105,14 @@ class TfjsFromSavedModel(Converter):
         return f"1+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        _require()
+        require(_NEEDS, "to convert to TF.js")
         quantize = options.get("quantize")
         if quantize not in QUANTIZE:
             raise ConvertError(f"TfjsFromSavedModel: quantize {quantize!r} not in {list(QUANTIZE)}")
         cmd = [sys.executable, "-c", _BOOT, "--input_format=tf_saved_model", "--output_format=tfjs_graph_model",
                "--signature_name=serving_default", "--saved_model_tags=serve", "--use_structured_outputs_names=true",
                *QUANTIZE[quantize], str(src.folder), str(out_dir)]
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
-        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
-            env[var] = "http://127.0.0.1:9"  # a closed port: nothing it does may reach the network
+        env = offline_env(TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
         with tempfile.TemporaryDirectory(prefix="portability-tfjs-") as scratch:
             try:
                 p = subprocess.run(cmd, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -30,16 +30,6 @@ from portability.core.errors import ConvertError
 _MAX_PROBE_COMBOS = 32
 
 
-def onnx_signature(path: Path) -> dict[str, list[dict]]:
-    """ONNX inputs/outputs as plain dicts (name, dtype, shape with None for unknown dims)."""
-    from portability.core.model import load_model
-
-    info = load_model(path)
-    conv = lambda specs: [{"name": t.name, "dtype": t.dtype,
-                           "shape": [d if isinstance(d, int) else None for d in t.shape]} for t in specs]
-    return {"inputs": conv(info.inputs), "outputs": conv(info.outputs)}
-
-
 def candidate_perms(onnx_shape: list, tfl_shape: list) -> list[tuple[int, ...]]:
     """Permutations ``p`` with ``tfl_shape[i] == onnx_shape[p[i]]``; channel-last first, identity second."""
     n = len(onnx_shape)

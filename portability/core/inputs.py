@@ -264,13 +264,3 @@ def from_dataset(model: ModelInfo, path: Path, shapes: dict[str, tuple[int, ...]
         out[spec.name] = _conform(spec.name, x, spec, shapes[spec.name], str(path), warnings)
     labels = y[: nb * batch].reshape(nb, batch).astype(np.int64)
     return Feeds(out, "dataset", labels=labels, warnings=warnings)
-
-
-def save_feeds(feeds: Feeds, path: Path, names: list[str]) -> None:
-    """Arrays keyed ``in0, in1, ...`` (tensor names may hold characters zip members should not)."""
-    np.savez(path, **{f"in{i}": feeds.arrays[n] for i, n in enumerate(names)})
-
-
-def load_feeds(path: Path, names: list[str]) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        return {n: z[f"in{i}"] for i, n in enumerate(names)}

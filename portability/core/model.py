@@ -49,6 +49,11 @@ class ModelInfo:
     def artifact(self) -> Artifact:
         return Artifact(path=self.path, format="onnx", sha256=self.sha256)
 
+    def signature(self) -> dict[str, list[dict]]:
+        """Inputs and outputs as plain dicts (name, dtype, shape with None for any non-fixed dim): what
+        converters record in their artifacts (``meta["onnx_signature"]``)."""
+        return signature_of(self.inputs, self.outputs)
+
     @classmethod
     def from_dict(cls, d: dict) -> "ModelInfo":
         return cls(path=Path(d["path"]), sha256=d["sha256"], size_bytes=d["size_bytes"], opset=d["opset"],
@@ -221,6 +226,23 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
         external_data=tuple(str(f.relative_to(p.parent)) for f in files),
         index_bounds=_index_bounds(model, {i.name for i in inputs}),
     )
+
+
+def signature_of(inputs, outputs) -> dict[str, list[dict]]:
+    conv = lambda specs: [{"name": t.name, "dtype": t.dtype,  # noqa: E731
+                           "shape": [d if isinstance(d, int) else None for d in t.shape]} for t in specs]
+    return {"inputs": conv(inputs), "outputs": conv(outputs)}
+
+
+def read_signature(path: str | os.PathLike) -> dict[str, list[dict]]:
+    """The signature of an ONNX file already validated (a converter's own intermediate copy): read from
+    the graph's inputs and outputs, without the checker."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    return signature_of([_spec(v) for v in model.graph.input if v.name not in inits],
+                        [_spec(v) for v in model.graph.output])
 
 
 def _first_line(e: Exception) -> str:

@@ -1,0 +1,40 @@
+"""The metrics: one concept per module, each with its report fields, default thresholds, computation and
+breaches (see ``metrics.base``). This list is the registry: the empty metrics of a target, the default
+thresholds and the reasons a target drifted are all derived from it. Adding a metric is one module and
+one line here."""
+from __future__ import annotations
+
+from portability.metrics import accuracy, drift, latency, memory
+
+METRICS = (drift, accuracy, latency, memory)
+
+#: report fields that belong to the schema but that no metric fills yet
+RESERVED = {"robustness": None}
+
+
+def empty() -> dict:
+    """A target's metrics before (or without) a run."""
+    out: dict = {}
+    for m in METRICS:
+        out.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in m.FIELDS.items()})
+    out.update(RESERVED)
+    return out
+
+
+def default_thresholds() -> dict[str, float | None]:
+    return {k: v for m in METRICS for k, v in m.THRESHOLDS.items()}
+
+
+def evaluate(ev) -> tuple[dict, list[str]]:
+    """Every metric of one target, and the reasons (structural problems first) it is outside ``t``."""
+    metrics = empty()
+    problems: list[str] = []
+    for m in METRICS:
+        fields, found = m.compute(ev)
+        metrics.update(fields)
+        problems += found
+    return metrics, problems
+
+
+def breaches(metrics: dict, t: dict) -> list[str]:
+    return [reason for m in METRICS for reason in m.breaches(metrics, t)]

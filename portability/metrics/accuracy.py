@@ -5,6 +5,25 @@ import numpy as np
 
 from portability.metrics.drift import looks_like_scores, top1
 
+FIELDS = {"accuracy": None, "accuracy_delta": None}
+THRESHOLDS: dict[str, float | None] = {
+    "accuracy_drop": 0.01,  # largest allowed fall in task accuracy (labelled data only)
+}
+
+
+def compute(ev) -> tuple[dict, list[str]]:
+    a = accuracy(ev.outputs, ev.labels, ev.score_name)
+    ref = ev.reference_metrics.get("accuracy")
+    delta = round(a - ref, 6) if a is not None and ref is not None and not ev.is_reference else None
+    return {"accuracy": a, "accuracy_delta": delta}, []
+
+
+def breaches(metrics: dict, t: dict) -> list[str]:
+    delta = metrics.get("accuracy_delta")
+    if t.get("accuracy_drop") is not None and delta is not None and -delta > t["accuracy_drop"]:
+        return [f"accuracy fell by {-delta:.4f} > {t['accuracy_drop']}"]
+    return []
+
 
 def score_output(outputs: dict[str, np.ndarray]) -> str | None:
     """The first output that looks like class scores ([batch, classes] floats)."""

@@ -3,6 +3,39 @@ from __future__ import annotations
 
 import numpy as np
 
+FIELDS = {"outputs": {}, "top1_agreement": None}
+THRESHOLDS: dict[str, float | None] = {
+    "max_abs": 1e-4,  # worst absolute difference on any output element
+    "max_abs_steps": None,  # the same in quantization steps of the output (quantized targets only)
+    "cosine": 0.9999,  # lowest cosine similarity of any output with the reference
+    "top1_agreement": 1.0,  # share of rows whose arg-max class matches the reference's
+}
+
+
+def compute(ev) -> tuple[dict, list[str]]:
+    """Per-output drift and top-1 agreement against the reference; structural problems as reasons."""
+    if ev.is_reference:
+        return {}, []
+    per, agreement, problems = compare(ev.reference, ev.outputs, ev.worker.output_quant, list(ev.output_names))
+    return {"outputs": per, "top1_agreement": agreement}, problems
+
+
+def breaches(metrics: dict, t: dict) -> list[str]:
+    out: list[str] = []
+    for name, m in (metrics.get("outputs") or {}).items():
+        if m.get("nonfinite_mismatch"):
+            out.append(f"'{name}': {m['nonfinite_mismatch']} NaN/Inf values where the reference has none (or the reverse)")
+        elif t.get("max_abs") is not None and m["max_abs"] > t["max_abs"]:
+            out.append(f"'{name}': max_abs {m['max_abs']:.3g} > {t['max_abs']:.3g}")
+        if t.get("max_abs_steps") is not None and m.get("max_abs_steps") is not None and m["max_abs_steps"] > t["max_abs_steps"]:
+            out.append(f"'{name}': max_abs {m['max_abs_steps']:.2f} quantization steps > {t['max_abs_steps']:g}")
+        if t.get("cosine") is not None and m["cosine"] < t["cosine"] and not m.get("nonfinite_mismatch"):
+            out.append(f"'{name}': cosine {m['cosine']:.6f} < {t['cosine']}")
+    agreement = metrics.get("top1_agreement")
+    if t.get("top1_agreement") is not None and agreement is not None and agreement < t["top1_agreement"]:
+        out.append(f"top-1 agreement {agreement:.4f} < {t['top1_agreement']}")
+    return out
+
 
 def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -> dict:
     """max_abs, max_rel, mean_abs, rmse, p99_abs, cosine (and max_abs in quantization steps when a

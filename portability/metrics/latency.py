@@ -1,9 +1,29 @@
-"""Latency summary from the per-run milliseconds a worker measured around the runtime call."""
+"""Latency summary from the per-run milliseconds a worker measured around the runtime call, the ratio to
+the reference's p50, and the timing plan (runs within a time budget)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+FIELDS = {"latency_ms": None}
+THRESHOLDS: dict[str, float | None] = {}  # latency is reported, never judged: it is noisy
+
+
+def compute(ev) -> tuple[dict, list[str]]:
+    lat = summarize(ev.worker.latency)
+    out: dict = {"latency_ms": lat}
+    if lat and ev.worker.emulated:
+        lat["emulated"] = True  # an emulator's speed, not a device's
+    ref = (ev.reference_metrics.get("latency_ms") or {}).get("p50")
+    if not ev.is_reference and ref and lat and lat.get("p50"):
+        out["p50_vs_reference"] = round(lat["p50"] / ref, 3)
+    return out, []
+
+
+def breaches(metrics: dict, t: dict) -> list[str]:
+    return []
+
 
 #: the fewest timed runs of a target whose inference is slow (a target may set its own, even 0)
 MIN_RUNS = 5

@@ -42,7 +42,7 @@ def home(root: Path | None = None) -> Path:
     if root is None and os.environ.get("PORTABILITY_ARM64_DIR"):
         return Path(os.environ["PORTABILITY_ARM64_DIR"])
     if root is None:
-        from portability.core.cache import default_root
+        from portability.engine.cache import default_root
 
         root = default_root()
     return Path(root) / "arm64"

@@ -3,7 +3,7 @@
 The runtime lives in a long-lived emulated Python (``portability/mobile/arm64_server.py``) spoken to over
 pipes; mapping (NCHW <-> NHWC, quantization) happens here on the host, exactly as ``LiteRt`` does it.
 Latencies are measured inside the emulated process and are **emulated** times (qemu is ~100-300x slower
-than the hardware): ``details()["emulated"]`` is True, useful only to compare targets under the same
+than the hardware): ``emulated`` is True, useful only to compare targets under the same
 emulation. What the emulation shows faithfully is the arithmetic: ARM kernels (NEON paths of XNNPACK,
 MLAS) may round differently from x86's.
 """
@@ -21,16 +21,16 @@ import numpy as np
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, Unavailable
 from portability.runtimes.base import Availability, Runtime
-from portability.runtimes.litert import (KERNELS, batches, default_threads, from_tflite, layout_details,
-                                         litert_error, quant_details, tflite_io, to_tflite)
+from portability.runtimes.litert import (TfliteMapped, batches, default_threads, from_tflite, layout_details,
+                                         litert_error, quant_details, to_tflite)
 from portability.runtimes.ort import ort_error
 
 SERVER = Path(__file__).resolve().parent.parent / "mobile" / "arm64_server.py"
-LOAD_TIMEOUT_S = 600
 
 
 class _Emulated(Runtime):
     kind = ""
+    emulated = True
 
     @classmethod
     def availability(cls) -> Availability:
@@ -99,7 +99,7 @@ class _Emulated(Runtime):
         return f"{self.version} linux-{self.machine} under qemu-aarch64 emulation ({self.threads} threads)"
 
     def details(self) -> dict[str, Any]:
-        return {"emulated": True, "emulator": "qemu-aarch64-static", "machine": self.machine, "threads": self.threads,
+        return {"emulator": "qemu-aarch64-static", "machine": self.machine, "threads": self.threads,
                 "arm64_versions": self.versions, "latency_note": "emulated time: compare only with other emulated targets"}
 
     def close(self) -> None:
@@ -116,20 +116,16 @@ class _Emulated(Runtime):
         self.proc = None
 
 
-class Arm64Tflite(_Emulated):
+class Arm64Tflite(TfliteMapped, _Emulated):
     """LiteRT's aarch64 build. Options: ``kernels`` (xnnpack|builtin|reference), ``threads``."""
 
     input_format = "tflite"
     kind = "tflite"
+    OPTIONS = frozenset({"kernels", "threads"})
 
     def load(self, artifact: Artifact) -> None:
-        self.io = tflite_io(artifact)
-        self.meta = artifact.meta
-        self.kernels = self.options.get("kernels", "xnnpack")
-        if self.kernels not in KERNELS:
-            raise LoadError(f"unknown LiteRT kernels {self.kernels!r}")
-        self._dtypes = {t["name"]: t["dtype"] for t in self.meta.get("onnx_signature", {}).get("outputs", [])}
-        self._load(artifact.path, [e["index"] for e in self.io["inputs"]], [e["index"] for e in self.io["outputs"]], self.kernels)
+        self._open_mapping(artifact)
+        self._load(artifact.path, [e.index for e in self.io.inputs], [e.index for e in self.io.outputs], self.kernels)
 
     def _error(self, reply: dict, cls):
         return litert_error(RuntimeError(reply.get("error", "")), cls)
@@ -155,6 +151,7 @@ class Arm64Ort(_Emulated):
 
     input_format = "ort"
     kind = "ort"
+    OPTIONS = frozenset({"threads"})
 
     def load(self, artifact: Artifact) -> None:
         self.meta = artifact.meta

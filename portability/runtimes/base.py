@@ -8,30 +8,14 @@ converted format needs (renamed tensors, NCHW <-> NHWC) happens inside the runti
 """
 from __future__ import annotations
 
-import importlib.util
 import time as _time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from portability.core.artifact import Artifact
-
-
-@dataclass(frozen=True)
-class Availability:
-    ok: bool
-    reason: str = ""
-    hint: str | None = None
-
-
-def modules_present(*modules: str, hint: str) -> Availability:
-    """Availability from ``find_spec`` only: cheap, imports nothing."""
-    for m in modules:
-        if importlib.util.find_spec(m) is None:
-            return Availability(False, f"Python package '{m}' is not installed", hint)
-    return Availability(True)
+from portability.core.availability import Availability, modules_present  # noqa: F401  (runtimes import both from here)
 
 
 def time_calls(fn, args: tuple, warmup: int, runs: int) -> list[float]:
@@ -53,9 +37,20 @@ class Runtime(ABC):
     input_format: ClassVar[str] = "onnx"
     #: "cpu" | "gpu" | "software" (a GPU API on a software adapter) — may be refined after load
     device: str = "cpu"
+    #: it runs under an emulator: its latencies are the emulator's, not a device's
+    emulated: ClassVar[bool] = False
+    #: what a disagreement with the reference does (not) mean, for a known-imperfect implementation
+    caveat: ClassVar[str | None] = None
+
+    #: the target options it reads; any other is a mistake in a target's definition
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, options: dict[str, Any] | None = None):
         self.options = dict(options or {})
+        unknown = sorted(set(self.options) - self.OPTIONS)
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: unknown option(s) {', '.join(unknown)} "
+                             f"(it reads: {', '.join(sorted(self.OPTIONS)) or 'none'})")
 
     # -- facts ---------------------------------------------------------------------------------------
     @classmethod
@@ -81,6 +76,14 @@ class Runtime(ABC):
         """Extra plain-JSON facts for the report (bundle used, layout mapping, threads, coverage...)."""
         return {}
 
+    def output_quant(self) -> dict[str, dict] | None:
+        """Per quantized output, its ``{"scale", "zero_point"}`` (drift is then also given in steps)."""
+        return None
+
+    def load_timings(self) -> dict[str, float]:
+        """Parts of the load worth reporting apart (ms), e.g. a browser's runtime init and session."""
+        return {}
+
     # -- work ----------------------------------------------------------------------------------------
     @abstractmethod
     def load(self, artifact: Artifact) -> None:
@@ -104,3 +107,9 @@ class Runtime(ABC):
 
     def close(self) -> None:
         pass
+
+
+def output_dtypes(artifact: Artifact) -> dict[str, str]:
+    """The source ONNX model's output dtypes, as the converters recorded them (``meta["onnx_signature"]``):
+    a runtime gives its outputs back in these."""
+    return {t["name"]: t["dtype"] for t in (artifact.meta.get("onnx_signature") or {}).get("outputs", [])}

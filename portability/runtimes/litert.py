@@ -20,7 +20,8 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
-from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
+from portability.core.protocol import IoMap
+from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
 
 KERNELS = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
 
@@ -29,12 +30,12 @@ def default_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def tflite_io(artifact: Artifact) -> dict:
+def tflite_io(artifact: Artifact) -> IoMap:
     io = artifact.meta.get("tflite_io")
     if not io:
         raise LoadError(f"{artifact.path.name}: no ONNX <-> TFLite tensor mapping in the artifact's metadata "
                         "(was it produced by portability's TFLite converters?)")
-    return io
+    return IoMap.from_dict(io)
 
 
 def _quantize(x: np.ndarray, q: dict, dtype: str) -> np.ndarray:
@@ -42,36 +43,36 @@ def _quantize(x: np.ndarray, q: dict, dtype: str) -> np.ndarray:
     return np.clip(np.round(x / q["scale"]) + q["zero_point"], info.min, info.max).astype(dtype)
 
 
-def to_tflite(io: dict, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """ONNX-layout feeds -> one array per interpreter input (order of ``io["inputs"]``)."""
+def to_tflite(io: IoMap, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX-layout feeds -> one array per interpreter input (order of ``io.inputs``)."""
     arrays = []
-    for e in io["inputs"]:
-        x = np.asarray(feeds[e["onnx"]])
-        if e["to_tflite"] is not None:
-            x = x.transpose(e["to_tflite"])
+    for e in io.inputs:
+        x = np.asarray(feeds[e.onnx])
+        if e.perm is not None:
+            x = x.transpose(e.perm)
         elif x.ndim == 0:  # a scalar input: the file holds it as [] (or [1])
-            x = x.reshape([max(d, 1) for d in e["shape"]])
+            x = x.reshape([max(d, 1) for d in e.shape])
         else:
-            x = x.reshape([len(x)] + e["shape"][1:])
-        x = _quantize(x.astype(np.float32), e["quant"], e["dtype"]) if e["quant"] else x.astype(e["dtype"])
+            x = x.reshape([len(x)] + list(e.shape[1:]))
+        x = _quantize(x.astype(np.float32), e.quant, e.dtype) if e.quant else x.astype(e.dtype)
         arrays.append(np.ascontiguousarray(x))
     return arrays
 
 
-def from_tflite(io: dict, raw: list[np.ndarray], onnx_dtypes: dict[str, str]) -> dict[str, np.ndarray]:
-    """Interpreter outputs (order of ``io["outputs"]``) -> ONNX-layout outputs keyed by ONNX names."""
+def from_tflite(io: IoMap, raw: list[np.ndarray], onnx_dtypes: dict[str, str]) -> dict[str, np.ndarray]:
+    """Interpreter outputs (order of ``io.outputs``) -> ONNX-layout outputs keyed by ONNX names."""
     out = {}
-    for e, y in zip(io["outputs"], raw):
-        if e["quant"]:
-            y = (y.astype(np.float32) - e["quant"]["zero_point"]) * np.float32(e["quant"]["scale"])
-        y = y.transpose(e["to_onnx"]) if e["to_onnx"] is not None else y
-        out[e["onnx"]] = y.astype(onnx_dtypes.get(e["onnx"], y.dtype), copy=False)
+    for e, y in zip(io.outputs, raw):
+        if e.quant:
+            y = (y.astype(np.float32) - e.quant["zero_point"]) * np.float32(e.quant["scale"])
+        y = y.transpose(e.perm) if e.perm is not None else y
+        out[e.onnx] = y.astype(onnx_dtypes.get(e.onnx, y.dtype), copy=False)
     return out
 
 
-def batches(io: dict, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+def batches(io: IoMap, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
     """Split along the batch axis when the file's batch size is fixed and the feeds' differs."""
-    fixed = [e["shape"][0] for e in io["inputs"] if e["shape"] and e["shape"][0] > 0]
+    fixed = [e.shape[0] for e in io.inputs if e.shape and e.shape[0] > 0]
     n = len(arrays[0]) if arrays and arrays[0].ndim else 1
     b = fixed[0] if fixed else n
     if b == n or b <= 0 or n % b:
@@ -79,19 +80,19 @@ def batches(io: dict, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
     return [[a[i:i + b] if a.ndim else a for a in arrays] for i in range(0, n, b)]
 
 
-def layout_details(io: dict) -> dict[str, Any]:
+def layout_details(io: IoMap) -> dict[str, Any]:
     """The mapping, for the report: ONNX name -> TFLite tensor, shape and permutation."""
-    d: dict[str, Any] = {"resolved_by": io.get("resolved_by"), "signature": io.get("signature")}
+    d: dict[str, Any] = {"resolved_by": io.resolved_by, "signature": io.signature}
     for kind, key in (("inputs", "to_tflite"), ("outputs", "to_onnx")):
-        d[kind] = {e["onnx"]: {"tensor": e["tensor"], "shape": e["shape"], "dtype": e["dtype"], key: e[key]}
-                   for e in io[kind]}
+        d[kind] = {e.onnx: {"tensor": e.tensor, "shape": list(e.shape), "dtype": e.dtype,
+                            key: list(e.perm) if e.perm is not None else None} for e in getattr(io, kind)}
     return d
 
 
-def quant_details(io: dict) -> dict[str, Any]:
+def quant_details(io: IoMap) -> dict[str, Any]:
     d = {}
-    inq = {e["onnx"]: e["quant"] for e in io["inputs"] if e["quant"]}
-    outq = {e["onnx"]: e["quant"] for e in io["outputs"] if e["quant"]}
+    inq = {e.onnx: e.quant for e in io.inputs if e.quant}
+    outq = {e.onnx: e.quant for e in io.outputs if e.quant}
     if inq:
         d["input_quant"] = inq
     if outq:
@@ -110,8 +111,27 @@ def litert_error(e: Exception, cls=LoadError):
     return cls(msg[:600], op=op)
 
 
-class LiteRt(Runtime):
+class TfliteMapped:
+    """What the in-process and the emulated LiteRT runtimes share: the artifact's mapping, the kernels
+    option and the ONNX output dtypes, and the quantization of its outputs."""
+
+    options: dict[str, Any]
+
+    def _open_mapping(self, artifact: Artifact) -> None:
+        self.io = tflite_io(artifact)
+        self.meta = artifact.meta
+        self.kernels = self.options.get("kernels", "xnnpack")
+        if self.kernels not in KERNELS:
+            raise LoadError(f"unknown LiteRT kernels {self.kernels!r} (one of {', '.join(KERNELS)})")
+        self._dtypes = output_dtypes(artifact)
+
+    def output_quant(self) -> dict[str, dict] | None:
+        return quant_details(self.io).get("output_quant")
+
+
+class LiteRt(TfliteMapped, Runtime):
     input_format = "tflite"
+    OPTIONS = frozenset({"kernels", "threads"})
 
     @classmethod
     def availability(cls) -> Availability:
@@ -120,20 +140,15 @@ class LiteRt(Runtime):
     def load(self, artifact: Artifact) -> None:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        self.io = tflite_io(artifact)
-        self.meta = artifact.meta
-        self.kernels = self.options.get("kernels", "xnnpack")
+        self._open_mapping(artifact)
         self.threads = int(self.options.get("threads") or default_threads())
-        if self.kernels not in KERNELS:
-            raise LoadError(f"unknown LiteRT kernels {self.kernels!r} (one of {', '.join(KERNELS)})")
         try:
             self.it = Interpreter(model_path=str(artifact.path), num_threads=self.threads,
                                   experimental_op_resolver_type=getattr(OpResolverType, KERNELS[self.kernels]))
             self.it.allocate_tensors()
         except Exception as e:
             raise litert_error(e) from None
-        self._dtypes = {t["name"]: t["dtype"] for t in self.meta.get("onnx_signature", {}).get("outputs", [])}
-        self._shape = {e["index"]: list(self.it.get_tensor(e["index"]).shape) for e in self.io["inputs"]}
+        self._shape = {e.index: list(self.it.get_tensor(e.index).shape) for e in self.io.inputs}
 
     def describe(self) -> str:
         from importlib.metadata import version
@@ -151,17 +166,17 @@ class LiteRt(Runtime):
     def _run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         it = self.it
         resized = False
-        for e, x in zip(self.io["inputs"], arrays):
-            if self._shape[e["index"]] != list(x.shape):
-                it.resize_tensor_input(e["index"], list(x.shape))
-                self._shape[e["index"]] = list(x.shape)
+        for e, x in zip(self.io.inputs, arrays):
+            if self._shape[e.index] != list(x.shape):
+                it.resize_tensor_input(e.index, list(x.shape))
+                self._shape[e.index] = list(x.shape)
                 resized = True
         if resized:
             it.allocate_tensors()
-        for e, x in zip(self.io["inputs"], arrays):
-            it.set_tensor(e["index"], x)
+        for e, x in zip(self.io.inputs, arrays):
+            it.set_tensor(e.index, x)
         it.invoke()
-        return [it.get_tensor(e["index"]) for e in self.io["outputs"]]
+        return [it.get_tensor(e.index) for e in self.io.outputs]
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:

@@ -16,6 +16,7 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, TargetError, Unavailable
+from portability.runtimes.base import output_dtypes
 from portability.runtimes.web import WebRuntime
 
 #: LiteRT's messages that name an op it cannot run ("Encountered unresolved custom op: FlexErf",
@@ -26,10 +27,10 @@ _OP = re.compile(r"unresolved custom op: (\w+)|find op for builtin opcode '(\w+)
 
 class LiteRtJs(WebRuntime):
     engine = "litert"
-    packages: ClassVar[tuple[str, ...]] = ("@litertjs/core", "@litertjs/wasm-utils")
+    OPTIONS = WebRuntime.OPTIONS | {"accelerator", "threads"}
+    packages: ClassVar[dict[str, str]] = {"@litertjs/core": "dist/index.js", "@litertjs/wasm-utils": "dist/index.js"}
+    served = ("@litertjs/core/dist", "@litertjs/core/wasm", "@litertjs/wasm-utils/dist")
     input_format = "tflite"
-    _io: dict[str, Any] | None = None
-    _onnx_dtypes: dict[str, str] = {}
 
     @property
     def accelerator(self) -> str:
@@ -43,15 +44,12 @@ class LiteRtJs(WebRuntime):
         from portability.web.paths import package_version
 
         self._io = tflite_io(artifact)
-        sig = artifact.meta.get("onnx_signature") or {}
-        self._onnx_dtypes = {t["name"]: t["dtype"] for t in sig.get("outputs", [])}
+        self._onnx_dtypes = output_dtypes(artifact)
         return {"accelerator": self.accelerator, "threads": int(self.options.get("threads", 1)),
                 "version": package_version("@litertjs/core")}
 
     def after_load(self) -> None:
-        device = self._info.get("device")
-        if device:
-            self.device = device["device"]
+        super().after_load()
         dynamic = [t for t in self._info.get("inputs") or [] if any(d < 0 for d in t["shape"])]
         if dynamic:  # LiteRT.js has no resize: every run would fail on the shape check
             t = dynamic[0]
@@ -63,18 +61,18 @@ class LiteRtJs(WebRuntime):
         from portability.runtimes.litert import to_tflite
 
         arrays = to_tflite(self._io, feeds)
-        return {e["tensor"]: a for e, a in zip(self._io["inputs"], arrays)}
+        return {e.tensor: a for e, a in zip(self._io.inputs, arrays)}
 
     def from_page(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from portability.runtimes.litert import from_tflite
 
         raw = []
-        for i, e in enumerate(self._io["outputs"]):
-            y = outputs.get(e["tensor"])
+        for i, e in enumerate(self._io.outputs):
+            y = outputs.get(e.tensor)
             if y is None:  # names differ between the two runtimes: fall back to the output order
                 names = list(outputs)
-                if len(names) != len(self._io["outputs"]):
-                    raise RunError(f"LiteRT.js gave outputs {names}, expected {[o['tensor'] for o in self._io['outputs']]}")
+                if len(names) != len(self._io.outputs):
+                    raise RunError(f"LiteRT.js gave outputs {names}, expected {[o.tensor for o in self._io.outputs]}")
                 y = outputs[names[i]]
             raw.append(y)
         return from_tflite(self._io, raw, self._onnx_dtypes)
@@ -91,7 +89,8 @@ class LiteRtJs(WebRuntime):
     def details(self) -> dict[str, Any]:
         d = super().details()
         if self._io:
-            d["layout"] = {e["onnx"]: {"tensor": e["tensor"], "to_tflite": e["to_tflite"]} for e in self._io["inputs"]}
+            d["layout"] = {e.onnx: {"tensor": e.tensor, "to_tflite": list(e.perm) if e.perm is not None else None}
+                           for e in self._io.inputs}
         return d
 
     def op_error(self, message: str, cls: type[TargetError]) -> TargetError:

@@ -1,8 +1,6 @@
 """onnx.reference: the ONNX project's pure-Python evaluator of the spec (slow; a cross-check, not an oracle)."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from portability.core.artifact import Artifact
@@ -11,6 +9,8 @@ from portability.runtimes.base import Availability, Runtime, modules_present
 
 
 class OnnxReference(Runtime):
+    caveat = "onnx.reference has known wrong kernels; a disagreement with ONNX Runtime does not say which side is right"
+
     @classmethod
     def availability(cls) -> Availability:
         return modules_present("onnx", hint="pip install onnx")
@@ -31,8 +31,6 @@ class OnnxReference(Runtime):
     def describe(self) -> str:
         return f"onnx.reference {self._version}"
 
-    def details(self) -> dict[str, Any]:
-        return {"caveat": "onnx.reference has known wrong kernels; a disagreement with ONNX Runtime does not say which side is right"}
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:

@@ -35,19 +35,25 @@ class OrtCpu(Runtime):
     """Options: ``graph_optimization`` (disabled|basic|extended|all, default all), ``threads`` (0 = ORT's default)."""
 
     provider = "CPUExecutionProvider"
+    OPTIONS = frozenset({"graph_optimization", "threads"})
 
     @classmethod
     def availability(cls) -> Availability:
         return modules_present("onnxruntime", hint="pip install onnxruntime")
 
-    def load(self, artifact: Artifact) -> None:
-        import onnxruntime as ort
-
-        self._ort = ort
+    def _session_options(self, ort):
         so = ort.SessionOptions()
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[self.options.get("graph_optimization", "all")])
         so.intra_op_num_threads = int(self.options.get("threads", 0))
         so.log_severity_level = 3
+        return so
+
+    def load(self, artifact: Artifact) -> None:
+        import onnxruntime as ort
+
+        self._ort = ort
+        self.meta = artifact.meta
+        so = self._session_options(ort)
         self._check_provider(ort)
         try:
             self.session = ort.InferenceSession(str(artifact.path), sess_options=so, providers=[self.provider])

@@ -10,32 +10,24 @@ from typing import Any
 
 import numpy as np
 
-from portability.core.artifact import Artifact
-from portability.core.errors import LoadError, RunError
+from portability.core.errors import RunError
 from portability.runtimes.litert import default_threads
-from portability.runtimes.ort import OrtCpu, ort_error
+from portability.runtimes.ort import OrtCpu
 
 
 class OrtMobile(OrtCpu):
     """Options: ``threads`` (default 4, capped to this machine's cores, as on a phone)."""
 
     input_format = "ort"
+    OPTIONS = frozenset({"threads"})
 
-    def load(self, artifact: Artifact) -> None:
-        import onnxruntime as ort
-
-        self._ort = ort
-        self.meta = artifact.meta
+    def _session_options(self, ort):
         self.threads = int(self.options.get("threads") or default_threads())
         so = ort.SessionOptions()
         so.add_session_config_entry("session.load_model_format", "ORT")
         so.intra_op_num_threads = self.threads
         so.log_severity_level = 3
-        try:
-            self.session = ort.InferenceSession(str(artifact.path), sess_options=so, providers=[self.provider])
-        except Exception as e:
-            raise ort_error(e, LoadError) from None
-        self._out_names = [o.name for o in self.session.get_outputs()]
+        return so
 
     def describe(self) -> str:
         return f"onnxruntime {self._ort.__version__} (ORT format, CPU EP)"

@@ -53,7 +53,8 @@ def op_from_message(message: str) -> tuple[str | None, str | None]:
 
 class OrtWeb(WebRuntime):
     engine = "ort"
-    packages: ClassVar[tuple[str, ...]] = ("onnxruntime-web",)
+    OPTIONS = WebRuntime.OPTIONS | {"ep", "threads", "bundle", "graph_optimization"}
+    packages: ClassVar[dict[str, str]] = {"onnxruntime-web": "dist/ort.wasm.min.mjs"}
     placement: dict[str, int] | None = None
 
     @property
@@ -81,9 +82,7 @@ class OrtWeb(WebRuntime):
         return "placed on [" in text or not _ORT_LOG.search(text)
 
     def after_load(self) -> None:
-        device = self._info.get("device")
-        if device:
-            self.device = device["device"]
+        super().after_load()
         self.placement = _placement(t for _, t in self._browser.console)
 
     def describe(self) -> str:

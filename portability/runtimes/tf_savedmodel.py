@@ -13,7 +13,8 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
-from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
+from portability.core.protocol import TensorLink
+from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
 from portability.runtimes.litert import from_tflite, tflite_io, to_tflite
 
 
@@ -34,34 +35,34 @@ class TfSavedModel(Runtime):
             self.fn = tf.saved_model.load(str(artifact.folder)).signatures["serving_default"]
         except Exception as e:
             raise LoadError(f"TensorFlow cannot load the SavedModel: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        want = {e["key"] for e in self.io["inputs"]}
+        want = {e.key for e in self.io.inputs}
         have = set(self.fn.structured_input_signature[1])
         if want - have:
             raise LoadError(f"the SavedModel's signature lacks input(s) {sorted(want - have)} (has {sorted(have)})")
         onnx_outputs = [t["name"] for t in artifact.meta.get("onnx_signature", {}).get("outputs", [])]
-        self._dtypes = {t["name"]: t["dtype"] for t in artifact.meta.get("onnx_signature", {}).get("outputs", [])}
-        self._out_keys = [self._output_key(e, onnx_outputs) for e in self.io["outputs"]]
+        self._dtypes = output_dtypes(artifact)
+        self._out_keys = [self._output_key(e, onnx_outputs) for e in self.io.outputs]
 
-    def _output_key(self, e: dict, onnx_outputs: list[str]) -> str:
+    def _output_key(self, e: TensorLink, onnx_outputs: list[str]) -> str:
         """The signature key of one output: the ONNX name, else onnx2tf's ``output_<position>``; its
         shape must be the one the mapping expects."""
         outs = self.fn.structured_outputs
-        key = e["key"] if e["key"] in outs else f"output_{onnx_outputs.index(e['onnx'])}" if e["onnx"] in onnx_outputs else None
+        key = e.key if e.key in outs else f"output_{onnx_outputs.index(e.onnx)}" if e.onnx in onnx_outputs else None
         if key not in outs:
-            raise LoadError(f"no SavedModel output for ONNX output '{e['onnx']}' (signature outputs: {sorted(outs)})")
+            raise LoadError(f"no SavedModel output for ONNX output '{e.onnx}' (signature outputs: {sorted(outs)})")
         shape = outs[key].shape
-        if shape.rank != len(e["shape"]) or any(d is not None and d != w for d, w in zip(shape.as_list(), e["shape"])):
-            raise LoadError(f"SavedModel output '{key}' has shape {shape.as_list()}, expected {e['shape']} for '{e['onnx']}'")
+        if shape.rank != len(e.shape) or any(d is not None and d != w for d, w in zip(shape.as_list(), e.shape)):
+            raise LoadError(f"SavedModel output '{key}' has shape {shape.as_list()}, expected {list(e.shape)} for '{e.onnx}'")
         return key
 
     def describe(self) -> str:
         return f"tensorflow {self._tf.__version__} (SavedModel, serving_default)"
 
     def details(self) -> dict[str, Any]:
-        return {"layout": {e["onnx"]: e["to_tflite"] for e in self.io["inputs"] if e["to_tflite"] is not None}}
+        return {"layout": {e.onnx: list(e.perm) for e in self.io.inputs if e.perm is not None}}
 
     def _args(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
-        return {e["key"]: self._tf.constant(a) for e, a in zip(self.io["inputs"], to_tflite(self.io, feeds))}
+        return {e.key: self._tf.constant(a) for e, a in zip(self.io.inputs, to_tflite(self.io, feeds))}
 
     def _call(self, args: dict[str, Any]) -> list[np.ndarray]:
         res = self.fn(**args)

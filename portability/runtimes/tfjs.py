@@ -16,9 +16,9 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, TargetError, Unavailable
+from portability.runtimes.base import output_dtypes
 from portability.runtimes.web import WebRuntime
 
-_PACKAGES = {"wasm": ("@tensorflow/tfjs-backend-wasm",), "webgpu": ("@tensorflow/tfjs-backend-webgpu",)}
 # TF.js messages naming an op it cannot run; a fused activation names the ONNX-side op (Tanh, ...)
 _OP = re.compile(r"(?:Tensorflow Op is not supported|Op is not supported)[:\s]*'?(?P<op>\w+)'?"
                  r"|Kernel '(?P<kernel>\w+)' not registered"
@@ -28,10 +28,11 @@ _OP = re.compile(r"(?:Tensorflow Op is not supported|Op is not supported)[:\s]*'
 
 class Tfjs(WebRuntime):
     engine = "tfjs"
-    packages: ClassVar[tuple[str, ...]] = ("@tensorflow/tfjs", "@tensorflow/tfjs-backend-wasm", "@tensorflow/tfjs-backend-webgpu")
+    OPTIONS = WebRuntime.OPTIONS | {"backend", "threads"}
+    packages: ClassVar[dict[str, str]] = {"@tensorflow/tfjs": "dist/tf.min.js",
+                                          "@tensorflow/tfjs-backend-wasm": "dist/tf-backend-wasm.min.js",
+                                          "@tensorflow/tfjs-backend-webgpu": "dist/tf-backend-webgpu.min.js"}
     input_format = "tfjs"
-    _io: dict[str, Any] | None = None
-    _onnx_dtypes: dict[str, str] = {}
 
     @property
     def backend(self) -> str:
@@ -46,13 +47,8 @@ class Tfjs(WebRuntime):
             raise LoadError(f"{artifact.path.name}: no ONNX <-> TF.js tensor mapping in the artifact's metadata "
                             "(was it produced by TfjsFromSavedModel?)")
         self._io = io
-        self._onnx_dtypes = {t["name"]: t["dtype"] for t in (artifact.meta.get("onnx_signature") or {}).get("outputs", [])}
+        self._onnx_dtypes = output_dtypes(artifact)
         return {"backend": self.backend, "threads": int(self.options.get("threads", 1))}
-
-    def after_load(self) -> None:
-        device = self._info.get("device")
-        if device:
-            self.device = device["device"]
 
     def to_page(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = {}

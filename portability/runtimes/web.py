@@ -51,8 +51,14 @@ _STAGES = {"init": "runtime init", "session": "model load", "run": "inference", 
 
 
 class WebRuntime(Runtime):
+    """A browser engine is one descriptor: ``engine`` (its page module, ``harness/<engine>.mjs``),
+    ``packages`` (npm package -> a file that must exist in it) and ``served`` (the package folders the
+    page may fetch; default: the folder of each required file)."""
+
     engine: ClassVar[str]
-    packages: ClassVar[tuple[str, ...]] = ()
+    OPTIONS: ClassVar[frozenset[str]] = frozenset({"isolated"})  # False: serve without cross-origin isolation
+    packages: ClassVar[dict[str, str]] = {}
+    served: ClassVar[tuple[str, ...]] = ()
     device = "cpu"
 
     def __init__(self, options: dict[str, Any] | None = None):
@@ -64,6 +70,9 @@ class WebRuntime(Runtime):
         self._ids = itertools.count()
         self._browser_name = ""
         self._time_info: dict[str, Any] = {}
+        #: the artifact's ONNX <-> page tensor mapping (engines that need one) and the ONNX output dtypes
+        self._io: dict[str, Any] | None = None
+        self._onnx_dtypes: dict[str, str] = {}
         self.served_model_bytes = 0
 
     # -- what subclasses provide ---------------------------------------------------------------------
@@ -71,7 +80,11 @@ class WebRuntime(Runtime):
     def availability(cls) -> Availability:
         from portability.web.paths import web_availability
 
-        return web_availability(*cls.packages)
+        return web_availability(cls.packages)
+
+    @classmethod
+    def served_dirs(cls) -> tuple[str, ...]:
+        return cls.served or tuple(dict.fromkeys(f"{pkg}/{f.rsplit('/', 1)[0]}" for pkg, f in cls.packages.items()))
 
     def uses_webgpu(self) -> bool:
         return False
@@ -104,7 +117,8 @@ class WebRuntime(Runtime):
 
         t0 = _time.perf_counter()
         try:
-            self._server = HarnessServer(HARNESS_DIR, modules_dir(), isolated=self.options.get("isolated", True)).start()
+            self._server = HarnessServer(HARNESS_DIR, modules_dir(), isolated=self.options.get("isolated", True),
+                                         module_dirs=self.served_dirs()).start()
             model_url = self._server.serve_artifact(artifact.folder) + artifact.path.name
             cfg = {"engine": self.engine, "modules": self._server.base + "m/", "model": model_url, **self.page_config(artifact)}
             self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console).start()
@@ -125,7 +139,11 @@ class WebRuntime(Runtime):
         self.after_load()
 
     def after_load(self) -> None:
-        """Check facts the page reported (backend, threads); raise Unavailable when the host lacks it."""
+        """Check facts the page reported (backend, device, threads); raise Unavailable when the host lacks
+        it. The base takes the device the page found (``cpu``, ``gpu``, ``software``)."""
+        device = self._info.get("device")
+        if device:
+            self.device = device["device"]
 
     def load_timings(self) -> dict[str, float]:
         """``load`` (everything: server, browser, page, runtime, model), ``init`` (runtime init in the

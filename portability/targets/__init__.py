@@ -26,7 +26,7 @@ def registry() -> dict[str, Target]:
 
 def availability(target: Target):
     """The target runtime's own availability check; a runtime module that fails to import is unavailable."""
-    from portability.runtimes.base import Availability
+    from portability.core.availability import Availability
 
     try:
         return load_class(target.runtime).availability()

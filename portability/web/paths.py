@@ -8,24 +8,13 @@ import importlib.util
 import os
 from pathlib import Path
 
-from portability.runtimes.base import Availability
+from portability.core.availability import Availability
 
 CHROMIUM = "/usr/bin/chromium"
 HARNESS_DIR = Path(__file__).resolve().parent / "harness"
 #: <repo>/platforms/web: where ``npm ci`` puts node_modules in a source checkout
 PLATFORM_DIR = Path(__file__).resolve().parents[2] / "platforms" / "web"
 NPM_FIX = "scripts/setup.sh  (or: cd platforms/web && npm ci)"
-
-#: npm package -> a file that must exist in it (a partial install is a missing one)
-PACKAGES = {
-    "onnxruntime-web": "dist/ort.wasm.min.mjs",
-    "@tensorflow/tfjs": "dist/tf.min.js",
-    "@tensorflow/tfjs-backend-wasm": "dist/tf-backend-wasm.min.js",
-    "@tensorflow/tfjs-backend-webgpu": "dist/tf-backend-webgpu.min.js",
-    "@litertjs/core": "dist/index.js",
-    "@litertjs/wasm-utils": "dist/index.js",
-}
-
 
 def modules_dir() -> Path:
     """``$PORTABILITY_WEB_MODULES`` or ``<repo>/platforms/web/node_modules``."""
@@ -46,16 +35,17 @@ def package_version(package: str) -> str:
         return "absent"
 
 
-def web_availability(*packages: str) -> Availability:
-    """Chromium, the Python playwright driver and the named npm packages, by file checks only."""
+def web_availability(packages: dict[str, str]) -> Availability:
+    """Chromium, the Python playwright driver and the npm packages (package -> a file that must exist in
+    it: a partial install is a missing one), by file checks only."""
     if not os.access(chromium_path(), os.X_OK):
         return Availability(False, f"Chromium not found at {chromium_path()}", "apt-get install -y chromium")
     if importlib.util.find_spec("playwright") is None:
         return Availability(False, "Python package 'playwright' is not installed",
                             "pip install playwright  (no `playwright install`: the Debian chromium is used)")
     mods = modules_dir()
-    for pkg in packages:
-        if not (mods / pkg / PACKAGES[pkg]).is_file():
+    for pkg, required in packages.items():
+        if not (mods / pkg / required).is_file():
             where = "PORTABILITY_WEB_MODULES" if os.environ.get("PORTABILITY_WEB_MODULES") else "platforms/web"
             return Availability(False, f"npm package '{pkg}' is not installed in {mods} ({where})", NPM_FIX)
     return Availability(True)

@@ -37,16 +37,6 @@ MIME = {
 }
 
 #: node_modules sub-folders the page may load (nothing else of node_modules is reachable)
-MODULE_DIRS = (
-    "onnxruntime-web/dist",
-    "@tensorflow/tfjs/dist",
-    "@tensorflow/tfjs-backend-wasm/dist",
-    "@tensorflow/tfjs-backend-webgpu/dist",
-    "@litertjs/core/dist",
-    "@litertjs/core/wasm",
-    "@litertjs/wasm-utils/dist",
-)
-
 MAX_PUT = 1 << 31
 
 
@@ -65,10 +55,13 @@ def _inside(root: Path, rel: str) -> Path | None:
 class HarnessServer:
     """Use as a context manager, or ``start()`` / ``close()``; ``close`` is idempotent."""
 
-    def __init__(self, harness_dir: Path, modules_dir: Path, isolated: bool = True):
+    def __init__(self, harness_dir: Path, modules_dir: Path, isolated: bool = True, module_dirs: tuple[str, ...] = ()):
+        """``module_dirs``: the folders under ``modules_dir`` the page may fetch (the runtime's packages'
+        ``dist`` folders, say); nothing else there is served."""
         self.token = secrets.token_urlsafe(12)
         self.roots = {"h": Path(harness_dir), "m": Path(modules_dir)}
         self.isolated = isolated
+        self.module_dirs = tuple(d.rstrip("/") for d in module_dirs)
         self.served: Counter[str] = Counter()  # route path -> bytes sent
         self.blobs: dict[str, bytes] = {}
         self._lock = threading.Lock()
@@ -132,7 +125,7 @@ class HarnessServer:
         root = self.roots.get(route)
         if root is None:
             return None
-        if route == "m" and not any(rel.startswith(d + "/") for d in MODULE_DIRS):
+        if route == "m" and not any(rel.startswith(d + "/") for d in self.module_dirs):
             return None
         return _inside(root, rel)
 

@@ -3,7 +3,11 @@
 // and every duration is measured here with performance.now().
 import {fetchBlob, fetchTensors, putBatches, putTensors, tensorsFrom} from './io.mjs';
 
-const ENGINES = {ort: './ort.mjs', tfjs: './tfjs.mjs', litert: './litert.mjs'};
+// the engine's page module: harness/<engine>.mjs (the name comes from the runtime's descriptor)
+const engineModule = (name) => {
+  if (!/^[a-z][a-z0-9_-]*$/.test(name)) throw new Error(`bad engine name ${JSON.stringify(name)}`);
+  return `./${name}.mjs`;
+};
 let engine = null;
 let prepared = null;
 
@@ -23,7 +27,7 @@ async function guard(stage, fn) {
 async function setup(cfg) {
   let stage = 'init';
   try {
-    const {create} = await import(ENGINES[cfg.engine]);
+    const {create} = await import(engineModule(cfg.engine));
     const t0 = performance.now();
     engine = await create(cfg);
     const t1 = performance.now();

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
@@ -19,9 +19,13 @@ import portability
 from portability.core import inputs as inp
 from portability.core.errors import UsageError
 from portability.core.model import ModelInfo, load_model_isolated
-from portability.core.runner import Limits, kill_all, log_tail, run_worker
+from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
+from portability.engine import verdict
+from portability.engine.runner import Limits, kill_all, log_tail, run_worker
+from portability import metrics
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
+from portability.metrics.base import Evaluation
 from portability.metrics.latency import summarize
 from portability.report.schema import Report, TargetResult
 from portability.targets import REFERENCE, Target, availability, expand, registry
@@ -86,25 +90,6 @@ def prepare_feeds(model: ModelInfo, opts: CheckOptions) -> inp.Feeds:
     return feeds
 
 
-def apply_gate(targets: list[Target], gate: list[str]) -> list[Target]:
-    from dataclasses import replace
-
-    known = {t.id for t in targets} | {t.platform for t in targets} | {"all"}
-    for rule in gate:
-        if rule.lstrip("+-") not in known:
-            raise UsageError(f"--gate names '{rule.lstrip('+-')}', which is not among the targets of this check")
-    out = []
-    for t in targets:
-        g = t.gating
-        for rule in gate:
-            neg = rule.startswith("-")
-            name = rule.lstrip("+-")
-            if name in (t.id, t.platform, "all"):
-                g = not neg
-        out.append(replace(t, gating=g) if g != t.gating else t)
-    return out
-
-
 def environment() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -126,61 +111,30 @@ def environment() -> dict:
             "cores": os.cpu_count(), "packages": pkgs}
 
 
-def _load_outputs(path: Path, names: list[str]) -> dict[str, np.ndarray | list[np.ndarray]]:
-    """Outputs stacked over batches, or a list of per-batch arrays where the shape varies."""
-    if not path.is_file():
-        return {}
-    out: dict[str, np.ndarray | list[np.ndarray]] = {}
-    with np.load(path, allow_pickle=False) as z:
-        for i, n in enumerate(names):
-            if f"out{i}" in z.files:
-                out[n] = z[f"out{i}"]
-            else:
-                parts = sorted((int(k.rsplit(".", 1)[1]), k) for k in z.files if k.startswith(f"out{i}."))
-                if parts:
-                    out[n] = [z[k] for _, k in parts]
-    return out
-
-
-def _empty_metrics() -> dict:
-    return {"outputs": {}, "top1_agreement": None, "accuracy": None, "accuracy_delta": None, "latency_ms": None,
-            "peak_rss_mb": None, "robustness": None}
-
-
 class _Run:
     """One check in progress: holds the reference's outputs and turns worker results into TargetResults."""
 
     def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress):
         self.model, self.feeds, self.opts, self.workdir, self.progress = model, feeds, opts, workdir, progress
-        self.in_names = [i.name for i in model.inputs]
-        self.out_names = [o.name for o in model.outputs]
+        self.in_names = tuple(i.name for i in model.inputs)
+        self.out_names = tuple(o.name for o in model.outputs)
         #: the static shape of every input with a dynamic dimension, as the feeds have it: what converters get
         self.input_shapes = {s.name: [int(d) for d in feeds.arrays[s.name].shape[1:]] for s in model.inputs
                              if any(not isinstance(d, int) for d in s.shape)}
         self.feeds_file = workdir / "feeds.npz"
-        inp.save_feeds(feeds, self.feeds_file, self.in_names)
+        save_feeds(feeds.arrays, self.feeds_file, self.in_names)
         self.ref_outputs: dict[str, np.ndarray] = {}
-        self.ref_p50: float | None = None
-        self.ref_accuracy: float | None = None
+        self.ref_metrics: dict = {}
         self.score_name: str | None = None
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
 
-    def job(self, target: Target) -> dict:
-        return {
-            "target": target.to_dict(),
-            "source": self.model.artifact().to_dict(),
-            "feeds": str(self.feeds_file),
-            "feeds_source": self.feeds.source,
-            "input_names": self.in_names,
-            "output_names": self.out_names,
-            "warmup": self.opts.warmup,
-            "runs": self.opts.runs,
-            "time_budget_s": self.opts.time_budget_s,
-            "cache_dir": str(self.opts.cache_dir) if self.opts.cache_dir else None,
-            "use_cache": self.opts.use_cache,
-            "convert_timeout_s": self.opts.limits.convert_timeout_s,
-            "input_shapes": self.input_shapes,
-        }
+    def job(self, target: Target) -> Job:
+        o = self.opts
+        return Job(target=target, source=self.model.artifact(), signature=self.model.signature(),
+                   feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
+                   output_names=self.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
+                   cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
+                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes)
 
     def thresholds_for(self, target: Target) -> dict:
         return thresholds.merged(target.thresholds, self.opts.thresholds, self.opts.target_thresholds.get(target.id))
@@ -188,90 +142,71 @@ class _Run:
     def run(self, target: Target, skip_reason: str | None = None) -> TargetResult:
         self.progress.target_started(target)
         t0 = time.monotonic()
-        base = dict(id=target.id, platform=target.platform, gating=target.gating)
-        base.update(metrics=_empty_metrics(), thresholds=self.thresholds_for(target))
-        if skip_reason:
-            res = TargetResult(status="skipped", error=skip_reason, **base)
+        avail = None if skip_reason else availability(target)
+        if skip_reason or not avail.ok:
+            v = verdict.skipped(target, self.opts.gate)
+            res = TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
+                               error=skip_reason or avail.reason, hint=None if skip_reason else avail.hint,
+                               metrics=metrics.empty(), thresholds=self.thresholds_for(target))
         else:
-            avail = availability(target)
-            if not avail.ok:
-                res = TargetResult(status="skipped", error=avail.reason, hint=avail.hint, **base)
-            else:
-                limits = self.opts.limits
-                if target.run_timeout_s and not self.opts.timeout_explicit:
-                    limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
-                wdir = self.workdir / target.id.replace("/", "__")
-                raw = run_worker(self.job(target), wdir, limits, lambda ph: self.progress.target_phase(target, ph))
-                res = self.evaluate(target, raw, wdir)
-        res = _with(res, duration_s=round(time.monotonic() - t0, 3))
+            limits = self.opts.limits
+            if target.run_timeout_s and not self.opts.timeout_explicit:
+                limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
+            wdir = self.workdir / target.id.replace("/", "__")
+            wr = run_worker(self.job(target), wdir, limits, lambda ph: self.progress.target_phase(target, ph.value))
+            res = self.evaluate(target, wr, wdir)
+        res = replace(res, duration_s=round(time.monotonic() - t0, 3))
         self.progress.target_done(res)
         return res
 
-    def evaluate(self, target: Target, raw: dict, wdir: Path) -> TargetResult:
-        status = raw.get("status", "crashed")
-        details = dict(raw.get("details") or {})
-        if raw.get("conversions"):
-            details["conversions"] = raw["conversions"]
+    def _details(self, wr: WorkerResult) -> dict:
+        details = dict(wr.details)
+        if wr.conversions:
+            details["conversions"] = [c.to_dict() for c in wr.conversions]
         for k in ("backend_requested", "backend_used"):
-            if raw.get(k):
-                details[k] = raw[k]
-        notes: list[str] = []
-        metrics = dict(_empty_metrics(), latency_ms=summarize(raw.get("latency")), peak_rss_mb=raw.get("peak_rss_mb"))
-        art = raw.get("artifact")
+            if getattr(wr, k):
+                details[k] = getattr(wr, k)
+        if wr.emulated:
+            details["emulated"] = True
+        if wr.caveat:
+            details["caveat"] = wr.caveat
+        if not wr.ok and wr.status in ("crashed", "timeout", "run-error", "load-error", "convert-error"):
+            tail = log_tail(Path(wr.log)) if wr.log else []
+            if tail:
+                details["log_tail"] = tail
+        return details
+
+    def evaluate(self, target: Target, wr: WorkerResult, wdir: Path) -> TargetResult:
         t = self.thresholds_for(target)
-        gating = target.gating
-        if raw.get("device") == "software" and gating and not _explicitly_gated(target, self.opts.gate):
-            gating = False  # an emulated GPU's numbers say little about a user's GPU
-            notes.append("ran on a software GPU adapter (SwiftShader), not a GPU: reported as a cross-check "
-                         f"(--gate {target.id} makes it gating)")
-        common = dict(id=target.id, platform=target.platform, gating=gating, runtime=raw.get("runtime"),
-                      device=raw.get("device"), artifact=art, thresholds=t, op=raw.get("op"), node=raw.get("node"),
-                      hint=raw.get("hint"))
-        if status != "ok":
-            if status in ("crashed", "timeout", "run-error", "load-error", "convert-error"):
-                tail = log_tail(Path(raw.get("log", wdir / "worker.log")))
-                if tail:
-                    details["log_tail"] = tail
-            return TargetResult(status=status, error=raw.get("error"), metrics=metrics, details=details,
-                                notes=tuple(notes), **common)
-
-        outs = _load_outputs(wdir / "outputs.npz", self.out_names)
-        self.outputs[target.id] = outs
-        lat = metrics["latency_ms"] or {}
-        if details.get("emulated") and lat:
-            lat["emulated"] = True  # an emulator's speed, not a device's
-        if lat.get("runs_asked"):
-            notes.append(f"latency from {lat.get('runs', 0)} of {lat['runs_asked']} runs: one inference takes about "
-                         f"{lat['per_run_estimate_ms']:.4g} ms, over the {lat['budget_s']:g} s timing budget"
-                         + ("" if lat.get("runs") else " (not timed)"))
-        if target.id == REFERENCE:
-            self.ref_outputs = outs
-            self.ref_p50 = lat.get("p50")
+        is_ref = target.id == REFERENCE
+        outs = load_outputs(wdir / "outputs.npz", self.out_names) if wr.ok else {}
+        if is_ref and wr.ok:
             self.score_name = acc.score_output(outs)
-            metrics["accuracy"] = self.ref_accuracy = acc.accuracy(outs, self.feeds.labels, self.score_name)
-            return TargetResult(status="pass", metrics=metrics, details=details, **common)
-
-        per, agreement, problems = drift.compare(self.ref_outputs, outs, details.get("output_quant"), self.out_names)
-        metrics["outputs"] = per
-        metrics["top1_agreement"] = agreement
-        a = acc.accuracy(outs, self.feeds.labels, self.score_name)
-        metrics["accuracy"] = a
-        if a is not None and self.ref_accuracy is not None:
-            metrics["accuracy_delta"] = round(a - self.ref_accuracy, 6)
-        if self.ref_p50 and lat.get("p50"):
-            metrics["p50_vs_reference"] = round(lat["p50"] / self.ref_p50, 3)
-        found = problems + thresholds.breaches(per, agreement, metrics["accuracy_delta"], t)
-        if raw.get("backend_requested") and raw.get("backend_used") and raw["backend_requested"] != raw["backend_used"]:
-            status = "fallback"
-            found.insert(0, f"asked for {raw['backend_requested']}, ran on {raw['backend_used']}")
+        ev = Evaluation(worker=wr, outputs=outs, reference=None if is_ref else self.ref_outputs,
+                        output_names=self.out_names, labels=self.feeds.labels, score_name=self.score_name,
+                        reference_metrics=self.ref_metrics)
+        if wr.ok:
+            self.outputs[target.id] = outs
+            m, problems = metrics.evaluate(ev)
+            found = None if is_ref else problems + metrics.breaches(m, t)
         else:
-            status = "drift" if found else "pass"
-        if status == "drift" and not gating:
-            notes.append(f"{target.id} is a cross-check: its disagreement is reported, it does not fail the run")
-        if details.get("caveat") and status == "drift":
-            notes.append(details["caveat"])
-        return TargetResult(status=status, metrics=metrics, breaches=tuple(found), notes=tuple(notes),
-                            details=details, **common)
+            m, found = dict(metrics.empty(), latency_ms=summarize(wr.latency), peak_rss_mb=wr.peak_rss_mb), None
+        v = verdict.decide(target, self.opts.gate, wr, found)
+        if is_ref and wr.ok:
+            self.ref_outputs, self.ref_metrics = outs, m
+        return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
+                            runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
+                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + self._timing_note(m),
+                            details=self._details(wr))
+
+    @staticmethod
+    def _timing_note(m: dict) -> tuple[str, ...]:
+        lat = m.get("latency_ms") or {}
+        if not lat.get("runs_asked"):
+            return ()
+        return (f"latency from {lat.get('runs', 0)} of {lat['runs_asked']} runs: one inference takes about "
+                f"{lat['per_run_estimate_ms']:.4g} ms, over the {lat['budget_s']:g} s timing budget"
+                + ("" if lat.get("runs") else " (not timed)"),)
 
     def odd_one_out(self, results: list[TargetResult], targets: list[Target]) -> list[str]:
         """Independent runtimes that agree with each other but not with the reference name it.
@@ -286,22 +221,12 @@ class _Run:
         for i, a in enumerate(drifted):
             for b in drifted[i + 1:]:
                 per, agreement, problems = drift.compare(self.outputs[a.id], self.outputs[b.id])
-                if not problems and not thresholds.breaches(per, agreement, None, thresholds.DEFAULTS):
+                if not problems and not drift.breaches({"outputs": per, "top1_agreement": agreement}, thresholds.DEFAULTS):
                     agreeing += [x for x in (a.id, b.id) if x not in agreeing]
         if len({lineage.get(x, x) for x in agreeing}) >= 2:
             return [f"{', '.join(agreeing)} agree with each other but not with the reference {REFERENCE}: "
                     "the reference may be the odd one out"]
         return []
-
-
-def _explicitly_gated(target: Target, gate: list[str]) -> bool:
-    return any(not r.startswith("-") and r.lstrip("+") in (target.id, target.platform, "all") for r in gate)
-
-
-def _with(res: TargetResult, **kw) -> TargetResult:
-    from dataclasses import replace
-
-    return replace(res, **kw)
 
 
 def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress | None = None,
@@ -310,7 +235,8 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     progress = progress or _Silent()
     model = model or load_model_isolated(model_path)
     feeds = prepare_feeds(model, opts)
-    targets = apply_gate(expand(opts.targets, registry()), opts.gate)
+    targets = expand(opts.targets, registry())
+    verdict.check_gate_rules(targets, opts.gate)
     for tt in targets:
         try:
             thresholds.merged(opts.thresholds, opts.target_thresholds.get(tt.id))

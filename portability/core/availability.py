@@ -1,0 +1,20 @@
+"""Whether a runtime or converter can run here, decided by cheap checks (``find_spec``, file tests)."""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str = ""
+    hint: str | None = None
+
+
+def modules_present(*modules: str, hint: str) -> Availability:
+    """Availability from ``find_spec`` only: cheap, imports nothing."""
+    for m in modules:
+        if importlib.util.find_spec(m) is None:
+            return Availability(False, f"Python package '{m}' is not installed", hint)
+    return Availability(True)

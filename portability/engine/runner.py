@@ -1,0 +1,227 @@
+"""Parent side of a worker: start it, watch its phases, time and memory, and always come back with a
+:class:`WorkerResult` — also when the worker hangs (``timeout``), dies by a signal or is killed for memory
+(``crashed``)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from portability.core.protocol import Job, Phase, WorkerResult
+
+log = logging.getLogger(__name__)
+
+
+#: how long a worker may take to exit after reporting its result
+EXIT_GRACE_S = 15.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    convert_timeout_s: float = 900.0
+    run_timeout_s: float = 300.0
+    memory_mb: float | None = None
+
+
+def _tree(pid: int):
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return [p] + p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _rss_mb(procs) -> float:
+    import psutil
+
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def _kill_procs(procs) -> None:
+    import psutil
+
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    procs = _tree(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _kill_procs(procs)  # anything that left the process group (browsers can)
+    proc.wait()
+
+
+def log_tail(path: Path, n: int = 12) -> list[str]:
+    """The last non-empty lines of a worker's log."""
+    try:
+        return [ln.rstrip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()][-n:]
+    except OSError:
+        return []
+
+
+def _said(log_file: Path) -> str:
+    tail = log_tail(log_file, 3)
+    return (": " + " | ".join(ln.strip() for ln in tail)) if tail else ""
+
+
+#: live workers, so that an interrupted run can stop them all (they run in sessions of their own)
+_LIVE: set[subprocess.Popen] = set()
+
+
+def kill_all() -> None:
+    for proc in list(_LIVE):
+        _kill_tree(proc)
+
+
+def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen:
+    env = dict(os.environ)
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")  # console tools of this environment (onnxsim...)
+    # the worker imports the same portability as this process, whatever is installed elsewhere
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    with open(log_file, "wb") as errf:
+        return subprocess.Popen([sys.executable, "-m", "portability.engine.worker", str(job_file)],
+                                stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env, cwd=job_file.parent)
+
+
+class _Watch:
+    """Reads a worker's phase events and enforces its limits; ``failure`` is set when it was killed."""
+
+    def __init__(self, proc: subprocess.Popen, limits: Limits, on_phase: Callable[[Phase], None] | None):
+        self.proc, self.limits, self.on_phase = proc, limits, on_phase
+        self.phase = Phase.START
+        self.started = time.monotonic()
+        self.run_started: float | None = None
+        self.done_at: float | None = None
+        self.peak = 0.0
+        self.procs: list = []
+        self.failure: WorkerResult | None = None
+        self._buf = b""
+
+    def _events(self, sel) -> None:
+        for _key, _ in sel.select(timeout=0.2):
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                sel.unregister(self.proc.stdout)
+                return
+            self._buf += chunk
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    phase = Phase(json.loads(line).get("phase"))
+                except (ValueError, AttributeError):
+                    continue
+                if phase is Phase.DONE:
+                    self.done_at = time.monotonic()
+                elif phase is not self.phase:
+                    self.phase = phase
+                    if phase.running and self.run_started is None:
+                        self.run_started = time.monotonic()
+                    if self.on_phase:
+                        self.on_phase(phase)
+
+    def _over_limit(self, now: float) -> WorkerResult | None:
+        lim, phase = self.limits, self.phase.value
+        if lim.memory_mb and self.peak > lim.memory_mb:
+            return WorkerResult.failed("crashed", f"killed: used {self.peak:.0f} MB of memory in phase '{phase}', over the {lim.memory_mb:.0f} MB limit")
+        if self.done_at is None and self.phase in (Phase.START, Phase.CONVERT) and now - self.started > lim.convert_timeout_s:
+            return WorkerResult.failed("timeout", f"conversion took longer than {lim.convert_timeout_s:g} s (killed after {now - self.started:.0f} s)")
+        if self.done_at is None and self.run_started is not None and now - self.run_started > lim.run_timeout_s:
+            return WorkerResult.failed("timeout", f"no result within {lim.run_timeout_s:g} s of loading (stuck in phase '{phase}', killed)")
+        return None
+
+    def loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            while True:
+                self._events(sel)
+                now = time.monotonic()
+                self.procs = _tree(self.proc.pid) or self.procs
+                self.peak = max(self.peak, _rss_mb(self.procs))
+                if self.proc.poll() is not None:
+                    return
+                if self.done_at is not None and now - self.done_at > EXIT_GRACE_S:
+                    _kill_tree(self.proc)  # its result is written; it only failed to exit (a stuck atexit, a thread)
+                    return
+                self.failure = self._over_limit(now)
+                if self.failure is not None:
+                    _kill_tree(self.proc)
+                    return
+        finally:
+            sel.close()
+
+    def cleanup(self) -> None:
+        proc = self.proc
+        proc.stdout.close()
+        if proc.poll() is None:
+            _kill_tree(proc)
+        else:  # the worker is gone; make sure nothing it started lingers (a browser, an emulator)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _kill_procs([p for p in self.procs if p.pid != proc.pid])
+
+
+def _outcome(job: Job, proc: subprocess.Popen, phase: Phase, log_file: Path) -> WorkerResult:
+    """The worker's own result, or what its death says."""
+    result_file = Path(job.result)
+    if result_file.is_file():
+        return WorkerResult.from_dict(json.loads(result_file.read_text()))
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        error = f"worker died by signal {name} in phase '{phase.value}'" + _said(log_file)
+        if -proc.returncode == signal.SIGKILL:
+            error += " (SIGKILL: often the kernel's out-of-memory killer)"
+        return WorkerResult.failed("crashed", error)
+    return WorkerResult.failed("crashed", f"worker exited with code {proc.returncode} in phase '{phase.value}' without a result" + _said(log_file))
+
+
+def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phase], None] | None = None) -> WorkerResult:
+    """Run one job in a fresh worker process; always returns a result (``timeout``/``crashed`` when the
+    worker had to be killed or died)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    job = job.at(workdir)
+    job_file = workdir / "job.json"
+    job_file.write_text(json.dumps(job.to_dict()))
+    log_file = workdir / "worker.log"
+    proc = _spawn(job_file, log_file)
+    watch = _Watch(proc, limits, on_phase)
+    _LIVE.add(proc)
+    try:
+        watch.loop()
+    except KeyboardInterrupt:
+        _kill_tree(proc)
+        raise
+    finally:
+        watch.cleanup()
+        _LIVE.discard(proc)
+    result = watch.failure or _outcome(job, proc, watch.phase, log_file)
+    return replace(result, peak_rss_mb=round(max(watch.peak, result.peak_rss_mb or 0.0), 1),
+                   wall_s=round(time.monotonic() - watch.started, 3), log=str(log_file))

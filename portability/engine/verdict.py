@@ -1,0 +1,71 @@
+"""The one place a target's status and gating are decided.
+
+Gating: a target's own default (``Target.gating``), then the ``--gate`` rules in order (``ID``/``+ID``
+gating, ``-ID`` a cross-check; an id, a platform or ``all``), then the device rule: a GPU backend that
+ran on a software adapter (SwiftShader) is a cross-check unless a rule named it gating explicitly.
+
+Status: not run (``skipped``: unavailable here, or nothing to compare with), the worker's own failure
+(``convert-error`` … ``crashed``), ``fallback`` when the backend that ran is not the one asked for, else
+``drift`` when a metric is outside its threshold, else ``pass``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from portability.core.errors import UsageError
+from portability.core.protocol import WorkerResult
+from portability.core.target import Target
+
+
+def check_gate_rules(targets: list[Target], rules: list[str]) -> None:
+    known = {t.id for t in targets} | {t.platform for t in targets} | {"all"}
+    for rule in rules:
+        if rule.lstrip("+-") not in known:
+            raise UsageError(f"--gate names '{rule.lstrip('+-')}', which is not among the targets of this check")
+
+
+def _named(rule: str, target: Target) -> bool:
+    return rule.lstrip("+-") in (target.id, target.platform, "all")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    gating: bool
+    breaches: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def gating(target: Target, rules: list[str], device: str | None = None) -> tuple[bool, list[str]]:
+    """Whether ``target`` fails the run when it fails, and the note that explains a demotion."""
+    g = target.gating
+    for rule in rules:
+        if _named(rule, target):
+            g = not rule.startswith("-")
+    explicit = any(not r.startswith("-") and _named(r, target) for r in rules)
+    if device == "software" and g and not explicit:
+        return False, ["ran on a software GPU adapter (SwiftShader), not a GPU: reported as a cross-check "
+                       f"(--gate {target.id} makes it gating)"]
+    return g, []
+
+
+def skipped(target: Target, rules: list[str]) -> Verdict:
+    return Verdict("skipped", gating(target, rules)[0])
+
+
+def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[str] | None = None) -> Verdict:
+    """The status of a target that was given to a worker; ``found``: the reasons its metrics breach
+    (None when nothing was compared: the worker failed, or this is the reference)."""
+    g, notes = gating(target, rules, worker.device)
+    if not worker.ok:
+        return Verdict(worker.status, g, (), tuple(notes))
+    found = list(found or [])
+    asked, used = worker.backend_requested, worker.backend_used
+    if asked and used and asked != used:
+        return Verdict("fallback", g, (f"asked for {asked}, ran on {used}", *found), tuple(notes))
+    status = "drift" if found else "pass"
+    if status == "drift" and not g:
+        notes.append(f"{target.id} is a cross-check: its disagreement is reported, it does not fail the run")
+    if status == "drift" and worker.caveat:
+        notes.append(worker.caveat)
+    return Verdict(status, g, tuple(found), tuple(notes))

@@ -1,0 +1,171 @@
+"""The worker: one target, in its own process. ``python -m portability.engine.worker JOB.json``.
+
+It converts (through the cache), loads, runs every input batch, times, and writes a
+:class:`~portability.core.protocol.WorkerResult` (``result.json``) and the outputs (``save_outputs``).
+Phase changes go to the parent as JSON lines on the original stdout; everything libraries print goes to
+stderr (the parent keeps it in a log file). The parent enforces time and memory limits and turns a dead
+worker into ``timeout``/``crashed``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from portability.core.protocol import ConversionStep, Job, Phase, WorkerResult
+
+
+class _Events:
+    def __init__(self, fd: int):
+        self._f = os.fdopen(fd, "w", buffering=1)
+
+    def phase(self, phase: Phase, **extra) -> None:
+        self._f.write(json.dumps({"phase": phase.value, "t": time.time(), **extra}) + "\n")
+        self._f.flush()
+
+
+def _batch(feeds: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Batch ``i`` of the stacked feeds, as arrays (a 0-d input stays a 0-d array, not a numpy scalar)."""
+    return {k: np.asarray(v[i]) for k, v in feeds.items()}
+
+
+class _Progress:
+    """What a job has produced so far: its result is built from this, whatever phase it stopped in."""
+
+    def __init__(self):
+        self.phase = Phase.CONVERT
+        self.conversions: list[ConversionStep] = []
+        self.fields: dict[str, Any] = {}
+        self.details: dict[str, Any] = {}
+
+
+def _convert(job: Job, feeds: dict[str, np.ndarray], events: _Events, p: _Progress, cache):
+    from portability.converters.base import ConvertContext
+    from portability.core.artifact import size_info
+    from portability.core.target import load_class
+
+    samples = {k: v.reshape((-1,) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
+    ctx = ConvertContext(calibration=samples, calibration_source=job.feeds_source, timeout_s=job.convert_timeout_s,
+                         input_shapes=job.input_shapes or None, signature=job.signature)
+    art = job.source
+    for conv_path, options in job.target.converters:
+        conv = load_class(conv_path)()
+        events.phase(Phase.CONVERT, step=conv.name())
+        t0 = time.perf_counter()
+        art, hit = cache.convert(conv, art, options, ctx)
+        p.conversions.append(ConversionStep(f"{conv.name()} {conv.version()}", hit, round(time.perf_counter() - t0, 3),
+                                            conv.shapes_used(ctx)))
+    p.fields["artifact"] = {"format": art.format, "sha256": art.sha256, **size_info(art.files())}
+    if art.meta:
+        p.details["artifact_meta"] = art.meta
+    return art
+
+
+def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _Progress) -> dict[str, Any]:
+    """Every batch once (outputs saved), then the timing plan; returns the raw latency record."""
+    from portability.core.protocol import save_outputs
+    from portability.metrics.latency import MIN_RUNS, timing_plan
+
+    nb = next(iter(feeds.values())).shape[0]
+    events.phase(Phase.INFER, batches=nb)
+    batches = [_batch(feeds, i) for i in range(nb)]
+    t0 = time.perf_counter()
+    results = [runtime.infer(batches[0])]
+    first_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    results += runtime.infer_all(batches[1:]) if nb > 1 else []
+    # what one inference costs, to fit the timing into its budget: the later batches' mean, else the first
+    per_ms = (time.perf_counter() - t0) * 1e3 / (nb - 1) if nb > 1 else first_ms
+    save_outputs(results, Path(job.outputs), job.output_names)
+
+    p.phase = Phase.TIME
+    latency: dict[str, Any] = {"first": round(first_ms or 0.0, 4)}
+    t = job.target
+    budget = t.time_budget_s if t.time_budget_s is not None else job.time_budget_s
+    plan = timing_plan(per_ms, job.warmup, job.runs, budget, t.min_runs if t.min_runs is not None else MIN_RUNS)
+    latency.update(plan.record())
+    if plan.runs > 0:
+        events.phase(Phase.TIME, runs=plan.runs)
+        ms = runtime.time(_batch(feeds, 0), plan.warmup, plan.runs)
+        latency["samples"] = [round(x, 5) for x in ms]
+    return latency
+
+
+def run_job(job: Job, events: _Events) -> WorkerResult:
+    from portability.core.errors import TargetError, Unavailable
+    from portability.core.protocol import load_feeds
+    from portability.core.target import load_class
+    from portability.engine.cache import Cache
+
+    p = _Progress()
+    runtime = None
+    cache = None
+    try:
+        feeds = load_feeds(Path(job.feeds), job.input_names)
+        cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache,
+                      scratch_parent=Path.cwd())  # the run's folder: removed by the parent even if we are killed
+        art = _convert(job, feeds, events, p, cache)
+
+        p.phase = Phase.LOAD
+        events.phase(Phase.LOAD)
+        runtime = load_class(job.target.runtime)(job.target.options)
+        t0 = time.perf_counter()
+        runtime.load(art)
+        load_ms = (time.perf_counter() - t0) * 1e3
+        p.fields.update(runtime=runtime.describe(), device=runtime.device, backend_requested=runtime.backend_requested(),
+                        backend_used=runtime.backend_used(), emulated=runtime.emulated, caveat=runtime.caveat)
+
+        p.phase = Phase.INFER
+        latency = {"load": round(load_ms, 4), **_run(job, runtime, feeds, events, p)}
+        latency.update({k: round(float(v), 4) for k, v in runtime.load_timings().items()})
+        p.details.update(runtime.details())
+        p.fields.update(latency=latency, backend_used=runtime.backend_used(), output_quant=runtime.output_quant())
+        status, error = "ok", None
+    except TargetError as e:
+        status = "convert-error" if p.phase is Phase.CONVERT and e.status == "run-error" else e.status
+        error = str(e)
+        p.fields.update(op=e.op, node=e.node, **({"hint": e.hint} if isinstance(e, Unavailable) else {}))
+    except Exception as e:  # an unexpected exception is still this target's failure, in its phase
+        status = {Phase.CONVERT: "convert-error", Phase.LOAD: "load-error"}.get(p.phase, "run-error")
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        error = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+        traceback.print_exc()
+    finally:
+        if runtime is not None:
+            try:
+                runtime.close()
+            except Exception:
+                traceback.print_exc()
+        if cache is not None:
+            cache.close()
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ruc = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return WorkerResult(status=status, error=error, conversions=tuple(p.conversions), details=p.details,
+                        peak_rss_mb=round(max(ru, ruc), 1), **p.fields)
+
+
+def main(argv: list[str]) -> int:
+    job_path = Path(argv[0])
+    job = Job.from_dict(json.loads(job_path.read_text()))
+    events_fd = os.dup(1)
+    os.dup2(2, 1)  # library chatter on stdout goes to the log, not into the event stream
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    events = _Events(events_fd)
+    events.phase(Phase.START, pid=os.getpid())
+    result = run_job(job, events)
+    tmp = Path(job.result).with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_dict()))
+    os.replace(tmp, job.result)
+    events.phase(Phase.DONE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

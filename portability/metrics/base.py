@@ -1,0 +1,32 @@
+"""What a metric sees: one target's outputs and run, next to the reference's (``Evaluation``).
+
+Every metric module has ``FIELDS`` (the report metrics it owns, with their empty values), ``THRESHOLDS``
+(its default bounds, ``None`` = not checked), ``compute(ev) -> (fields, problems)`` and
+``breaches(metrics, thresholds) -> [reasons]``; ``portability.metrics.METRICS`` lists them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from portability.core.protocol import WorkerResult
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    worker: WorkerResult
+    #: the target's outputs (stacked over batches, or per batch where the shape varies)
+    outputs: dict[str, np.ndarray | list[np.ndarray]]
+    #: the reference's outputs; None when this target is the reference
+    reference: dict[str, np.ndarray | list[np.ndarray]] | None
+    output_names: tuple[str, ...]
+    labels: np.ndarray | None = None
+    #: the output read as class scores (chosen on the reference)
+    score_name: str | None = None
+    #: the reference's own metrics (accuracy, latency), once it ran
+    reference_metrics: dict = field(default_factory=dict)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.reference is None

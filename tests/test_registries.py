@@ -1,0 +1,67 @@
+"""The registries check themselves: every target resolves to a real runtime and real converters, its
+options are ones the runtime reads, and formats line up along every chain (what the converter graph
+plans on). The foundations import nothing above them."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from portability.core.target import load_class
+from portability.targets import registry
+
+PKG = Path(__file__).resolve().parent.parent / "portability"
+TARGETS = registry()
+
+
+@pytest.mark.parametrize("tid", sorted(TARGETS))
+def test_target_resolves_and_its_formats_line_up(tid):
+    t = TARGETS[tid]
+    runtime = load_class(t.runtime)
+    runtime(t.options)  # construction checks the options: a misspelled one raises
+    fmt = "onnx"  # every chain starts from the source ONNX model
+    for path, _options in t.converters:
+        conv = load_class(path)
+        assert conv.input_format == fmt, f"{tid}: {conv.__name__} reads {conv.input_format}, the chain has {fmt}"
+        fmt = conv.output_format
+    assert runtime.input_format == fmt, f"{tid}: {runtime.__name__} runs {runtime.input_format}, the chain gives {fmt}"
+
+
+def test_unknown_runtime_option_is_refused():
+    from portability.runtimes.ort import OrtCpu
+
+    with pytest.raises(ValueError, match="unknown option.*graph_optimisation.*reads: graph_optimization, threads"):
+        OrtCpu({"graph_optimisation": "disabled"})
+
+
+def test_a_lookup_that_misses_lists_what_exists():
+    with pytest.raises(AttributeError, match="has no 'OrtCPU'.*OrtCpu"):
+        load_class("portability.runtimes.ort:OrtCPU")
+
+
+FOUNDATIONS = "portability.core"
+ABOVE = ("portability.engine", "portability.targets", "portability.converters", "portability.report",
+         "portability.runtimes", "portability.web", "portability.mobile", "portability.cli")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in (PKG / "core").glob("*.py")))
+def test_foundations_import_nothing_above_them(module):
+    bad = sorted(m for m in _imports(PKG / "core" / module) if m.startswith(ABOVE))
+    assert not bad, f"portability/core/{module} imports {bad}"
+
+
+def test_no_module_over_the_size_limit():
+    big = [(str(p.relative_to(PKG)), n) for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 420]
+    assert not big, big

@@ -1,0 +1,78 @@
+"""The report of a fixture check stays the same, field for field, apart from timings and the machine.
+
+The golden files in ``tests/golden/`` are normalized reports of server-only checks (fast, and independent
+of the optional stacks). A refactoring of the pipeline, the worker protocol or the metrics must leave
+them unchanged. Regenerate them, after a change that is meant to alter the report, with
+``PORTABILITY_UPDATE_GOLDEN=1 python3 -m pytest tests/test_report_golden.py`` and review the diff.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from conftest import FIXTURES, check_json
+
+GOLDEN = FIXTURES.parent / "tests" / "golden"
+CASES = {
+    "lenet_dataset": ("lenet.onnx", "--dataset", str(FIXTURES / "digits.npz")),
+    "two_outputs": ("two_outputs.onnx",),
+    "int64_ids": ("int64_ids.onnx",),
+    "mlp_dynamic": ("mlp_dynamic.onnx", "--shape", "x=2x1x28x28"),
+}
+TARGETS = "server/ort-cpu-noopt,server/onnx-reference"
+#: values that depend on the machine, the clock or the cache, not on the check's logic
+_VOLATILE_TOP = ("created_at", "environment")
+_VOLATILE_METRICS = ("latency_ms", "p50_vs_reference", "peak_rss_mb")
+
+
+def normalize(report: dict) -> dict:
+    r = {k: v for k, v in report.items() if k not in _VOLATILE_TOP}
+    r["tool"] = {"name": report["tool"]["name"]}
+    r["model"] = dict(report["model"], path=os.path.basename(report["model"]["path"]))
+    r["inputs"] = dict(report["inputs"], path=os.path.basename(report["inputs"]["path"] or "") or None)
+    targets = []
+    for t in report["targets"]:
+        t = dict(t, duration_s=None)
+        t["metrics"] = {k: (v if k not in _VOLATILE_METRICS else (v is not None)) for k, v in t["metrics"].items()}
+        d = dict(t.get("details") or {})
+        d["conversions"] = [{k: v for k, v in c.items() if k not in ("seconds", "cached")} for c in d.get("conversions", [])]
+        for k in ("log_tail", "timing"):
+            d.pop(k, None)
+        if "artifact_meta" in d:
+            d["artifact_meta"] = {k: v for k, v in d["artifact_meta"].items() if k not in ("convert_s",)}
+        t["details"] = d
+        t["notes"] = [n for n in t["notes"] if "timing budget" not in n]
+        targets.append(t)
+    r["targets"] = targets
+    return r
+
+
+def same(a, b, path="report") -> list[str]:
+    """Differences between two normalized reports (floats within 1e-6 relative)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}.{k}: only in {'golden' if k in a else 'new'}" for k in set(a) ^ set(b)]
+        for k in set(a) & set(b):
+            out += same(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items, now {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in same(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9) else [f"{path}: {a!r} -> {b!r}"]
+    return [] if a == b else [f"{path}: {a!r} -> {b!r}"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_report_matches_golden(tmp_path, name):
+    model, *args = CASES[name]
+    got = normalize(check_json(tmp_path, FIXTURES / model, "--targets", TARGETS, "--runs", "3", "--warmup", "1", *args))
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("PORTABILITY_UPDATE_GOLDEN") == "1":
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    golden = json.loads(path.read_text())
+    diffs = same(golden, got)
+    assert not diffs, "report changed:\n" + "\n".join(sorted(diffs)[:40])
