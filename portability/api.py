@@ -1,6 +1,6 @@
 """The Python API: ``portability.check(model, targets=..., dataset=..., **options) -> Report``.
 
-The same pipeline as ``portability check`` (core.pipeline.check with CheckOptions), without printing.
+The same pipeline as ``portability check`` (engine.pipeline.check with CheckOptions), without printing.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def options(targets: str | Sequence[str] = "server", *, dataset: str | os.PathLi
     """CheckOptions from keyword arguments (unknown ones are a UsageError naming the known ones)."""
     import psutil
 
-    from portability.core.pipeline import CheckOptions
-    from portability.core.runner import Limits
+    from portability.engine.pipeline import CheckOptions
+    from portability.engine.runner import Limits
 
     known = PASSTHROUGH & {f.name for f in fields(CheckOptions)}
     bad = [k for k in rest if k not in known]
@@ -52,7 +52,7 @@ def options(targets: str | Sequence[str] = "server", *, dataset: str | os.PathLi
                         value_range=tuple(value_range), limits=limits, thresholds=user_t, target_thresholds=per_target,
                         gate=list(gate or []), timeout_explicit=timeout is not None,
                         **{k: (Path(v) if k in ("inputs", "cache_dir") and v is not None else v) for k, v in rest.items()})
-    if time_budget is not None and hasattr(opts, "time_budget_s"):
+    if time_budget is not None:
         opts.time_budget_s = float(time_budget)
     return opts
 
@@ -70,7 +70,7 @@ def check(model: str | os.PathLike, targets: str | Sequence[str] = "server", dat
 
     Returns the Report (``report.passed``; ``report.targets``); raises ``portability.core.errors.UsageError``
     for a bad model, inputs or options. Never prints."""
-    from portability.core.pipeline import check as run_check
+    from portability.engine.pipeline import check as run_check
 
     report = run_check(Path(model), options(targets, dataset=dataset, **opts))
     if record_history:
