@@ -28,7 +28,8 @@ from portability.core.errors import UsageError
 from portability.metrics.thresholds import DEFAULTS
 
 KEYS = {"targets": str, "gate": list, "warmup": int, "runs": int, "samples": int, "seed": int, "jobs": int,
-        "timeout": (int, float), "convert_timeout": (int, float), "memory_limit_mb": (int, float), "thresholds": dict}
+        "timeout": (int, float), "convert_timeout": (int, float), "memory_limit_mb": (int, float), "thresholds": dict,
+        "time_budget": (int, float), "input_range": str}
 #: comparing with a baseline (report/diff.py); named profiles ([tool.portability.profiles.NAME]) hold these keys too
 KEYS.update({"baseline": (str, int), "regression": dict})
 #: input specs; file paths are relative to the settings file

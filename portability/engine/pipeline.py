@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
@@ -21,7 +21,8 @@ from portability.core.errors import UsageError
 from portability.core.model import ModelInfo, load_model_isolated
 from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
 from portability.engine import verdict
-from portability.engine.runner import Limits, kill_all, log_tail, run_worker
+from portability.engine.options import CheckOptions, Limits
+from portability.engine.runner import kill_all, log_tail, run_worker
 from portability import metrics
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
@@ -34,32 +35,6 @@ log = logging.getLogger(__name__)
 
 ENV_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "tensorflow-cpu", "ai-edge-litert", "onnx2tf",
                 "tensorflowjs", "playwright", "torch")
-
-
-@dataclass
-class CheckOptions:
-    targets: str = "server"
-    inputs: Path | None = None
-    dataset: Path | None = None
-    shapes: list[str] = field(default_factory=list)
-    samples: int | None = None
-    seed: int = 0
-    value_range: tuple[float, float] = (0.0, 1.0)
-    warmup: int = 10
-    runs: int = 50
-    #: seconds a target's latency sampling may take; a slow target gets fewer runs (the report says)
-    time_budget_s: float = 20.0
-    limits: Limits = field(default_factory=Limits)
-    #: global threshold overrides, then per-target ones ({target id: {name: bound}}) — user settings
-    thresholds: dict = field(default_factory=dict)
-    target_thresholds: dict = field(default_factory=dict)
-    #: "+id"/"id" makes a target (or platform) gating, "-id" a cross-check
-    gate: list[str] = field(default_factory=list)
-    #: the user set the run time limit: it then applies also to targets with a limit of their own
-    timeout_explicit: bool = False
-    use_cache: bool = True
-    cache_dir: Path | None = None
-    jobs: int = 1
 
 
 class Progress(Protocol):
@@ -237,11 +212,6 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     feeds = prepare_feeds(model, opts)
     targets = expand(opts.targets, registry())
     verdict.check_gate_rules(targets, opts.gate)
-    for tt in targets:
-        try:
-            thresholds.merged(opts.thresholds, opts.target_thresholds.get(tt.id))
-        except KeyError as e:
-            raise UsageError(f"unknown threshold {e}") from None
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
     try:
         run = _Run(model, feeds, opts, workdir, progress)

@@ -11,24 +11,18 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from portability.core.protocol import Job, Phase, WorkerResult
+from portability.engine.options import Limits
 
 log = logging.getLogger(__name__)
 
 
 #: how long a worker may take to exit after reporting its result
 EXIT_GRACE_S = 15.0
-
-
-@dataclass(frozen=True)
-class Limits:
-    convert_timeout_s: float = 900.0
-    run_timeout_s: float = 300.0
-    memory_mb: float | None = None
 
 
 def _tree(pid: int):

@@ -101,13 +101,32 @@ class History:
             # autocommit mode: every write below opens its own short BEGIN IMMEDIATE transaction
             self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                log.warning("history %s: journal mode %s (WAL unavailable on this file system)", self.path, mode)
-            self.db.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
+            self._retry_locked(self._setup)
         except sqlite3.Error as e:
             raise HistoryError(f"history database {self.path}: {e}") from None
+
+    def _setup(self) -> None:
+        mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            log.warning("history %s: journal mode %s (WAL unavailable on this file system)", self.path, mode)
+        self.db.execute("PRAGMA foreign_keys = ON")
+        self._migrate()
+
+    @staticmethod
+    def _retry_locked(fn) -> None:
+        """Switching a new database to WAL takes an exclusive lock, and SQLite answers "locked" at once
+        (no busy handler) to the other processes that open it at the same instant: retry them."""
+        import random
+        import time
+
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05))
 
     def close(self) -> None:
         self.db.close()
