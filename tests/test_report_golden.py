@@ -39,7 +39,7 @@ def normalize(report: dict) -> dict:
         t["metrics"] = {k: (v if k not in _VOLATILE_METRICS else (v is not None)) for k, v in t["metrics"].items()}
         d = dict(t.get("details") or {})
         d["conversions"] = [{k: v for k, v in c.items() if k not in ("seconds", "cached")} for c in d.get("conversions", [])]
-        for k in ("log_tail", "timing"):
+        for k in ("log_tail", "timing", "phases_s"):
             d.pop(k, None)
         if "artifact_meta" in d:
             d["artifact_meta"] = {k: v for k, v in d["artifact_meta"].items() if k not in ("convert_s",)}

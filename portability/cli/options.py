@@ -36,7 +36,7 @@ MaxAccuracyDropOpt = Annotated[Optional[float], typer.Option("--max-accuracy-dro
 GateOpt = Annotated[Optional[List[str]], typer.Option("--gate", help="Make targets/platforms gating (ID) or cross-checks (-ID); comma-separated, repeatable.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Convert afresh and keep nothing in the artifact cache.")]
 CacheDirOpt = Annotated[Optional[Path], typer.Option("--cache-dir", help="Artifact cache (default $PORTABILITY_CACHE_DIR or ~/.cache/portability).")]
-JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help=f"Targets run at once after the reference (default {D['jobs']}: clean latencies).")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Targets converted, loaded and run at once after the reference (default: the number of cores). Latency is always sampled with nothing else running.")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Settings file (default: ./portability.toml or [tool.portability] in ./pyproject.toml).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Apply the settings of [tool.portability.profiles.NAME] over the base settings.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the table (and errors).")]

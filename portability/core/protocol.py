@@ -28,13 +28,15 @@ class Phase(str, Enum):
     CONVERT = "convert"
     LOAD = "load"
     INFER = "infer"
+    #: ready to time; waits for the parent's go (a line on its stdin) so that it times alone
+    WAIT = "wait"
     TIME = "time"
     DONE = "done"
 
     @property
     def running(self) -> bool:
-        """Past conversion: the run time limit applies from the first of these."""
-        return self in (Phase.LOAD, Phase.INFER, Phase.TIME)
+        """Past conversion: the run time limit applies from the first of these (waiting excepted)."""
+        return self in (Phase.LOAD, Phase.INFER, Phase.WAIT, Phase.TIME)
 
     @property
     def label(self) -> str:
@@ -42,7 +44,7 @@ class Phase(str, Enum):
 
 
 _LABELS = {Phase.START: "starting", Phase.CONVERT: "converting", Phase.LOAD: "loading", Phase.INFER: "running",
-           Phase.TIME: "timing", Phase.DONE: "done"}
+           Phase.WAIT: "waiting to time", Phase.TIME: "timing", Phase.DONE: "done"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class Job:
     convert_timeout_s: float | None = None
     #: static shapes of the inputs with dynamic dimensions (what converters that need them receive)
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    #: endpoints of services the check runs for its workers (``browser``, ``browser-webgpu``)
+    services: dict[str, str] = field(default_factory=dict)
     #: where the worker writes its result and outputs (set by the runner)
     result: str = ""
     outputs: str = ""
@@ -140,6 +144,8 @@ class WorkerResult:
     caveat: str | None = None
     peak_rss_mb: float | None = None
     wall_s: float | None = None
+    #: seconds the worker spent in each phase (measured by the parent; ``wait``: waiting to time alone)
+    phases_s: dict | None = None
     log: str | None = None
 
     def __post_init__(self):

@@ -8,6 +8,7 @@ never leaves a half entry behind.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -75,19 +76,39 @@ class Cache:
             self._scratch = None
 
     def convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext) -> tuple[Artifact, bool]:
-        """The converted artifact and whether it came from the cache."""
+        """The converted artifact and whether it came from the cache.
+
+        Targets checked in parallel often need the same conversion (every TFLite variant starts from one
+        onnx2tf run): the first takes the entry's lock and converts, the others wait and reuse it."""
         key = cache_key(src, conv, options, ctx)
-        if self.use:
-            entry = self.root / "artifacts" / key[:2] / key
-            meta = entry / META_FILE
-            if meta.is_file():
-                art = Artifact.from_dict(json.loads(meta.read_text()))  # its path is relative to the entry
-                art = Artifact(path=entry / art.path, format=art.format, sha256=art.sha256, meta=art.meta)
-                if art.path.exists():
-                    return art, True
+        if not self.use:
+            return self._convert(conv, src, options, ctx, key, None)
+        entry = self.root / "artifacts" / key[:2] / key
+        hit = self._cached(entry)
+        if hit is not None:
+            return hit, True
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with open(entry.parent / f".{key}.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+            hit = self._cached(entry)
+            if hit is not None:
+                return hit, True
             if entry.exists():  # damaged (files removed by hand, an interrupted copy): convert anew
                 shutil.rmtree(entry, ignore_errors=True)
-            entry.parent.mkdir(parents=True, exist_ok=True)
+            return self._convert(conv, src, options, ctx, key, entry)
+
+    @staticmethod
+    def _cached(entry: Path) -> Artifact | None:
+        meta = entry / META_FILE
+        if not meta.is_file():
+            return None
+        art = Artifact.from_dict(json.loads(meta.read_text()))  # its path is relative to the entry
+        art = Artifact(path=entry / art.path, format=art.format, sha256=art.sha256, meta=art.meta)
+        return art if art.path.exists() else None
+
+    def _convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext, key: str,
+                 entry: Path | None) -> tuple[Artifact, bool]:
+        if entry is not None:
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
         else:
             if self._scratch is None:

@@ -47,7 +47,14 @@ class CheckOptions:
     timeout_explicit: bool = False
     use_cache: bool = True
     cache_dir: Path | None = None
-    jobs: int = 1
+    #: targets worked on at once (their timing is always alone: ``engine.schedule``)
+    jobs: int = field(default_factory=lambda: default_jobs())
+
+
+def default_jobs() -> int:
+    import os
+
+    return max(1, os.cpu_count() or 1)
 
 
 _D = CheckOptions()

@@ -23,6 +23,7 @@ from portability.core.protocol import Job, WorkerResult, load_outputs, save_feed
 from portability.engine import verdict
 from portability.engine.options import CheckOptions, Limits
 from portability.engine.runner import kill_all, log_tail, run_worker
+from portability.engine.schedule import TimingGate
 from portability import metrics
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
@@ -102,10 +103,41 @@ class _Run:
         self.ref_metrics: dict = {}
         self.score_name: str | None = None
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
+        self.gate = TimingGate()
+        self.browsers = None  # web.service.BrowserService, once a web target needs it
 
-    def job(self, target: Target) -> Job:
+    def _lease(self, target: Target):
+        """(services for the job, the lease): the shared browser a web target uses, launched on first use."""
+        from portability.core.target import load_class
+
+        name = load_class(target.runtime)(target.options).browser_service()
+        if not name:
+            return {}, None
+        if self.browsers is None:
+            from portability.web.service import BrowserService
+
+            self.browsers = BrowserService()
+        try:
+            b = self.browsers.lease(webgpu=name == "browser-webgpu")
+        except (OSError, RuntimeError) as e:  # the worker then launches a browser of its own
+            log.warning("shared browser unavailable: %s", e)
+            return {}, None
+        return {name: b.endpoint}, b
+
+    def _release(self, lease, wr: WorkerResult) -> None:
+        """A web target that hung, crashed or lost its page may leave the browser unwell: later targets get
+        a fresh one, and this one stops when no running target uses it."""
+        if lease is not None:
+            unwell = wr.status in ("timeout", "crashed") or "crash" in (wr.error or "")
+            self.browsers.release(lease, unwell=unwell)
+
+    def close(self) -> None:
+        if self.browsers is not None:
+            self.browsers.close()
+
+    def job(self, target: Target, services: dict[str, str] | None = None) -> Job:
         o = self.opts
-        return Job(target=target, source=self.model.artifact(), signature=self.model.signature(),
+        return Job(services=dict(services or {}), target=target, source=self.model.artifact(), signature=self.model.signature(),
                    feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
                    output_names=self.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
@@ -128,7 +160,11 @@ class _Run:
             if target.run_timeout_s and not self.opts.timeout_explicit:
                 limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
             wdir = self.workdir / target.id.replace("/", "__")
-            wr = run_worker(self.job(target), wdir, limits, lambda ph: self.progress.target_phase(target, ph.value))
+            self.gate.admit(target.id)
+            services, lease = self._lease(target)
+            wr = run_worker(self.job(target, services), wdir, limits,
+                            lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)
+            self._release(lease, wr)
             res = self.evaluate(target, wr, wdir)
         res = replace(res, duration_s=round(time.monotonic() - t0, 3))
         self.progress.target_done(res)
@@ -145,6 +181,8 @@ class _Run:
             details["emulated"] = True
         if wr.caveat:
             details["caveat"] = wr.caveat
+        if wr.phases_s:
+            details["phases_s"] = wr.phases_s
         if not wr.ok and wr.status in ("crashed", "timeout", "run-error", "load-error", "convert-error"):
             tail = log_tail(Path(wr.log)) if wr.log else []
             if tail:
@@ -213,6 +251,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     targets = expand(opts.targets, registry())
     verdict.check_gate_rules(targets, opts.gate)
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
+    run = None
     try:
         run = _Run(model, feeds, opts, workdir, progress)
         ref = run.run(targets[0])
@@ -233,9 +272,9 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         else:
             results += [run.run(t) for t in rest]
         notes = list(feeds.warnings) + run.odd_one_out(results, targets)
-        if opts.jobs > 1:
-            notes.append(f"targets ran {opts.jobs} at a time: latencies include contention (use --jobs 1 for clean timings)")
     finally:
+        if run is not None:
+            run.close()
         shutil.rmtree(workdir, ignore_errors=True)
     passed = all(not r.failed for r in results if r.gating)
     return Report(

@@ -17,6 +17,7 @@ from typing import Callable
 
 from portability.core.protocol import Job, Phase, WorkerResult
 from portability.engine.options import Limits
+from portability.engine.schedule import NoGate
 
 log = logging.getLogger(__name__)
 
@@ -99,17 +100,21 @@ def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen:
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with open(log_file, "wb") as errf:
         return subprocess.Popen([sys.executable, "-m", "portability.engine.worker", str(job_file)],
-                                stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.PIPE,
                                 start_new_session=True, env=env, cwd=job_file.parent)
 
 
 class _Watch:
     """Reads a worker's phase events and enforces its limits; ``failure`` is set when it was killed."""
 
-    def __init__(self, proc: subprocess.Popen, limits: Limits, on_phase: Callable[[Phase], None] | None):
+    def __init__(self, proc: subprocess.Popen, limits: Limits, on_phase: Callable[[Phase], None] | None,
+                 gate=None, tid: str = ""):
         self.proc, self.limits, self.on_phase = proc, limits, on_phase
+        self.gate, self.tid = gate or NoGate(), tid
+        self.wait_started: float | None = None
+        self.phases_s: dict[str, float] = {}
+        self._phase_t0 = self.started = time.monotonic()
         self.phase = Phase.START
-        self.started = time.monotonic()
         self.run_started: float | None = None
         self.done_at: float | None = None
         self.peak = 0.0
@@ -131,13 +136,37 @@ class _Watch:
                 except (ValueError, AttributeError):
                     continue
                 if phase is Phase.DONE:
+                    self._lap()
                     self.done_at = time.monotonic()
                 elif phase is not self.phase:
+                    self._lap()
                     self.phase = phase
                     if phase.running and self.run_started is None:
                         self.run_started = time.monotonic()
+                    if phase is Phase.WAIT:
+                        self.wait_started = time.monotonic()
+                        self.gate.ready(self.tid)
                     if self.on_phase:
                         self.on_phase(phase)
+
+    def _lap(self) -> None:
+        now = time.monotonic()
+        key = self.phase.value
+        self.phases_s[key] = round(self.phases_s.get(key, 0.0) + now - self._phase_t0, 3)
+        self._phase_t0 = now
+
+    def _go_if_granted(self) -> None:
+        """A worker waiting to time gets its go when the gate grants it; the wait is not its run time."""
+        if self.wait_started is None or not self.gate.try_start(self.tid):
+            return
+        if self.run_started is not None:
+            self.run_started += time.monotonic() - self.wait_started
+        self.wait_started = None
+        try:
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died meanwhile: the loop sees it
 
     def _over_limit(self, now: float) -> WorkerResult | None:
         lim, phase = self.limits, self.phase.value
@@ -145,7 +174,8 @@ class _Watch:
             return WorkerResult.failed("crashed", f"killed: used {self.peak:.0f} MB of memory in phase '{phase}', over the {lim.memory_mb:.0f} MB limit")
         if self.done_at is None and self.phase in (Phase.START, Phase.CONVERT) and now - self.started > lim.convert_timeout_s:
             return WorkerResult.failed("timeout", f"conversion took longer than {lim.convert_timeout_s:g} s (killed after {now - self.started:.0f} s)")
-        if self.done_at is None and self.run_started is not None and now - self.run_started > lim.run_timeout_s:
+        if self.done_at is None and self.run_started is not None and self.wait_started is None \
+                and now - self.run_started > lim.run_timeout_s:
             return WorkerResult.failed("timeout", f"no result within {lim.run_timeout_s:g} s of loading (stuck in phase '{phase}', killed)")
         return None
 
@@ -155,6 +185,7 @@ class _Watch:
         try:
             while True:
                 self._events(sel)
+                self._go_if_granted()
                 now = time.monotonic()
                 self.procs = _tree(self.proc.pid) or self.procs
                 self.peak = max(self.peak, _rss_mb(self.procs))
@@ -172,7 +203,12 @@ class _Watch:
 
     def cleanup(self) -> None:
         proc = self.proc
+        self.gate.finished(self.tid)
         proc.stdout.close()
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
         if proc.poll() is None:
             _kill_tree(proc)
         else:  # the worker is gone; make sure nothing it started lingers (a browser, an emulator)
@@ -197,16 +233,17 @@ def _outcome(job: Job, proc: subprocess.Popen, phase: Phase, log_file: Path) -> 
     return WorkerResult.failed("crashed", f"worker exited with code {proc.returncode} in phase '{phase.value}' without a result" + _said(log_file))
 
 
-def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phase], None] | None = None) -> WorkerResult:
+def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phase], None] | None = None,
+               gate=None) -> WorkerResult:
     """Run one job in a fresh worker process; always returns a result (``timeout``/``crashed`` when the
-    worker had to be killed or died)."""
+    worker had to be killed or died). ``gate`` (``schedule.TimingGate``) decides when it may time."""
     workdir.mkdir(parents=True, exist_ok=True)
     job = job.at(workdir)
     job_file = workdir / "job.json"
     job_file.write_text(json.dumps(job.to_dict()))
     log_file = workdir / "worker.log"
     proc = _spawn(job_file, log_file)
-    watch = _Watch(proc, limits, on_phase)
+    watch = _Watch(proc, limits, on_phase, gate, job.target.id)
     _LIVE.add(proc)
     try:
         watch.loop()
@@ -218,4 +255,4 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
         _LIVE.discard(proc)
     result = watch.failure or _outcome(job, proc, watch.phase, log_file)
     return replace(result, peak_rss_mb=round(max(watch.peak, result.peak_rss_mb or 0.0), 1),
-                   wall_s=round(time.monotonic() - watch.started, 3), log=str(log_file))
+                   wall_s=round(time.monotonic() - watch.started, 3), log=str(log_file), phases_s=watch.phases_s)

@@ -47,6 +47,8 @@ class Runtime(ABC):
 
     def __init__(self, options: dict[str, Any] | None = None):
         self.options = dict(options or {})
+        #: endpoints of services the check runs for its workers (``browser``: a shared Chromium)
+        self.services: dict[str, str] = {}
         unknown = sorted(set(self.options) - self.OPTIONS)
         if unknown:
             raise ValueError(f"{type(self).__name__}: unknown option(s) {', '.join(unknown)} "
@@ -75,6 +77,10 @@ class Runtime(ABC):
     def details(self) -> dict[str, Any]:
         """Extra plain-JSON facts for the report (bundle used, layout mapping, threads, coverage...)."""
         return {}
+
+    def browser_service(self) -> str | None:
+        """The shared service this runtime would use (a browser flavour), if any: the check starts it."""
+        return None
 
     def output_quant(self) -> dict[str, dict] | None:
         """Per quantized output, its ``{"scale", "zero_point"}`` (drift is then also given in steps)."""

@@ -38,3 +38,36 @@ class Noisy(OrtCpu):
 class Fallback(OrtCpu):
     def backend_requested(self) -> str:
         return "FancyExecutionProvider"
+
+
+class _WebTesting:
+    """Mixed into the onnxruntime-web runtime: misbehaves in the page on the first inference."""
+
+    def _misbehave(self) -> None:
+        raise NotImplementedError
+
+    def infer(self, feeds):
+        self._misbehave()
+        return super().infer(feeds)
+
+
+def _ort_web():
+    from portability.runtimes.ort_web import OrtWeb
+
+    return OrtWeb
+
+
+class WebHang(_WebTesting, _ort_web()):
+    def _misbehave(self) -> None:
+        self._browser.call("() => { for (;;) {} }")  # the page's main thread never returns
+
+
+class WebCrash(_WebTesting, _ort_web()):
+    def _misbehave(self) -> None:
+        from playwright.sync_api import Error
+
+        try:
+            self._browser.page.goto("chrome://crash", timeout=10_000)  # its renderer process dies
+        except Error:
+            pass
+        self._browser.call("() => 1")

@@ -69,6 +69,7 @@ class WebRuntime(Runtime):
         self._load_ms: dict[str, float] = {}
         self._ids = itertools.count()
         self._browser_name = ""
+        self._browser_endpoint: str | None = None
         self._time_info: dict[str, Any] = {}
         #: the artifact's ONNX <-> page tensor mapping (engines that need one) and the ONNX output dtypes
         self._io: dict[str, Any] | None = None
@@ -81,6 +82,9 @@ class WebRuntime(Runtime):
         from portability.web.paths import web_availability
 
         return web_availability(cls.packages)
+
+    def browser_service(self) -> str | None:
+        return "browser-webgpu" if self.uses_webgpu() else "browser"
 
     @classmethod
     def served_dirs(cls) -> tuple[str, ...]:
@@ -121,7 +125,8 @@ class WebRuntime(Runtime):
                                          module_dirs=self.served_dirs()).start()
             model_url = self._server.serve_artifact(artifact.folder) + artifact.path.name
             cfg = {"engine": self.engine, "modules": self._server.base + "m/", "model": model_url, **self.page_config(artifact)}
-            self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console).start()
+            endpoint = self._browser_endpoint = self.services.get(self.browser_service())
+            self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console, endpoint=endpoint).start()
             self._browser.new_page(self._server.base + "h/index.html")
             self._browser.page.wait_for_function("() => window.harness !== undefined")
             self._browser_name = self._browser.call(_BROWSER_VERSION)
@@ -182,6 +187,7 @@ class WebRuntime(Runtime):
         if self._browser_name:
             keep["browser"] = self._browser_name
         keep["model_fetched_bytes"] = self.served_model_bytes
+        keep["shared_browser"] = bool(self._browser_endpoint)
         if self._time_info:
             keep["timing"] = dict(self._time_info, clock="performance.now() in the page")
         return keep

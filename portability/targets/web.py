@@ -46,3 +46,8 @@ if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":  # the test suite's switch
         options={"ep": "wasm", "threads": 2, "isolated": False},
         description="ort-wasm with 2 threads served without cross-origin isolation: ORT silently runs 1 thread",
     ))
+    TARGETS.append(Target(id="test/web-hang", runtime="portability.runtimes.testing:WebHang", converters=(SNAPSHOT,),
+                          options={"ep": "wasm", "threads": 1}, run_timeout_s=20,
+                          description="ort-wasm whose page hangs in the first inference"))
+    TARGETS.append(Target(id="test/web-crash", runtime="portability.runtimes.testing:WebCrash", converters=(SNAPSHOT,),
+                          options={"ep": "wasm", "threads": 1}, description="ort-wasm whose page crashes"))

@@ -1,4 +1,5 @@
-"""Headless Debian Chromium driven by Playwright, in a fresh temporary profile.
+"""Headless Debian Chromium driven by Playwright: a fresh browser context on the check's shared browser
+(``endpoint``: see ``web/service.py``), or a browser of its own in a fresh temporary profile.
 
 One ``Browser`` per runtime instance (per worker); one page per configuration (the ORT wasm module
 initialises once per page). Console lines are kept (bounded) for error messages and for facts the
@@ -43,7 +44,7 @@ class BrowserCrashed(RunError):
     pass
 
 
-def _short_tmp() -> str | None:
+def short_tmp() -> str | None:
     """The temp folder, unless its path is too long for Chromium's socket path (108 bytes): then /tmp."""
     tmp = tempfile.gettempdir()
     if len(tmp) <= 48 or not os.access("/tmp", os.W_OK):
@@ -55,8 +56,10 @@ class Browser:
     """``Browser(webgpu=...)`` launches on ``start()``; ``close()`` is idempotent and never raises."""
 
     def __init__(self, webgpu: bool = False, extra_args: list[str] | None = None,
-                 console_filter: Callable[[str, str], bool] | None = None):
+                 console_filter: Callable[[str, str], bool] | None = None, endpoint: str | None = None):
         self.args = ARGS + (WEBGPU_ARGS if webgpu else []) + list(extra_args or [])
+        self.endpoint = endpoint
+        self._shared = None
         self.console_filter = console_filter
         self.console: deque[tuple[str, str]] = deque(maxlen=MAX_CONSOLE)
         self.crashed: str | None = None
@@ -64,7 +67,12 @@ class Browser:
         self._profile: str | None = None
 
     def start(self) -> "Browser":
-        self._profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=_short_tmp())
+        if self.endpoint:
+            self._pw = _driver.acquire()
+            self._shared = self._pw.chromium.connect_over_cdp(self.endpoint, timeout=GOTO_TIMEOUT_MS)
+            self._ctx = self._shared.new_context()
+            return self
+        self._profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=short_tmp())
         self._pw = _driver.acquire()
         self._ctx = self._pw.chromium.launch_persistent_context(
             self._profile, executable_path=chromium_path(), headless=True, args=self.args,
@@ -127,6 +135,9 @@ class Browser:
         ctx, self._ctx, self.page = self._ctx, None, None
         if ctx is not None:
             ctx.close()
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()  # over CDP: disconnects; the check's browser lives on
 
     def _stop_pw(self) -> None:
         pw, self._pw = self._pw, None

@@ -1,0 +1,144 @@
+"""A fast check: one shared browser per check, parallel targets whose timing runs alone, conversions
+done once under a lock. Isolation stays whole: a page that hangs or crashes costs its target only, and
+nothing (browser, worker) is left behind after a run, a timeout or a Ctrl-C."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT, by_id, check_json
+
+TEST_TARGETS = {"PORTABILITY_TEST_TARGETS": "1"}
+
+
+def _leftovers(marker: str) -> list[str]:
+    """Browser and worker processes whose command line names ``marker`` (the run's temp folder)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            cmd = " ".join(p.cmdline())
+            if p.status() != psutil.STATUS_ZOMBIE and marker in cmd and (
+                    "chromium" in cmd or "portability.engine.worker" in cmd or "portability-chromium" in cmd):
+                out.append(f"{p.pid} {cmd[:120]}")
+        except psutil.Error:
+            continue
+    return out
+
+
+def _web_missing() -> str | None:
+    from portability.runtimes.litert_js import LiteRtJs
+    from portability.runtimes.ort_web import OrtWeb
+
+    a = next((a for a in (c.availability() for c in (OrtWeb, LiteRtJs)) if not a.ok), None)
+    return None if a is None else f"{a.reason} (fix: {a.hint})"
+
+
+needs_browser = pytest.mark.skipif(_web_missing() is not None, reason=f"web stack missing: {_web_missing()}")
+
+
+# -- the timing gate ---------------------------------------------------------------------------------------
+
+def test_timing_gate_times_one_at_a_time_when_nothing_else_works():
+    from portability.engine.schedule import TimingGate
+
+    g = TimingGate()
+    g.admit("a")
+    g.admit("b")
+    g.ready("a")
+    assert not g.try_start("a")  # b still works: a waits
+    g.ready("b")
+    assert not g.try_start("b") and g.try_start("a")  # first ready, first timed
+    assert not g.try_start("b")  # one at a time
+    admitted = threading.Event()
+    t = threading.Thread(target=lambda: (g.admit("c"), admitted.set()))
+    t.start()
+    time.sleep(0.2)
+    assert not admitted.is_set()  # no new target starts while others wait to time
+    g.finished("a")
+    assert g.try_start("b")
+    g.finished("b")
+    t.join(5)
+    assert admitted.is_set()
+
+
+def test_conversion_runs_once_for_parallel_targets(tmp_path):
+    """Two workers needing the same conversion at once: one converts, the other waits and reuses it."""
+    from portability.converters.base import ConvertContext, Converter
+    from portability.core.artifact import Artifact
+    from portability.engine.cache import Cache
+
+    calls = []
+
+    class Slow(Converter):
+        output_format = "onnx"
+
+        def version(self):
+            return "1"
+
+        def convert(self, src, out_dir, options, ctx):
+            calls.append(1)
+            time.sleep(0.5)
+            (out_dir / "model.onnx").write_bytes(src.path.read_bytes())
+            return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="")
+
+    src = Artifact(path=FIXTURES / "mlp.onnx", format="onnx", sha256="abc")
+    hits = []
+    threads = [threading.Thread(target=lambda: hits.append(Cache(tmp_path).convert(Slow(), src, {}, ConvertContext())[1]))
+               for _ in range(3)]
+    [t.start() for t in threads]
+    [t.join(10) for t in threads]
+    assert len(calls) == 1 and sorted(hits) == [False, True, True]
+
+
+# -- the shared browser --------------------------------------------------------------------------------------
+
+@pytest.mark.web
+@needs_browser
+def test_hung_and_crashed_pages_cost_their_targets_only(tmp_path, request):
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="pw-speed-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/web-hang,test/web-crash,web/ort-wasm,web/litert-js",
+                   "--runs", "3", env={**TEST_TARGETS, "TMPDIR": str(scratch)}, expect_rc=1)
+    t = by_id(r)
+    assert t["test/web-hang"]["status"] == "timeout"
+    assert t["test/web-crash"]["status"] == "run-error" and "crashed" in t["test/web-crash"]["error"]
+    for ok in ("web/ort-wasm", "web/litert-js"):
+        assert t[ok]["status"] == "pass", t[ok]["error"]
+        assert t[ok]["details"]["shared_browser"] is True
+    assert not _leftovers(str(scratch))
+    assert not list(scratch.glob("portability-chromium-*")), "browser profile left behind"
+
+
+@pytest.mark.web
+@needs_browser
+def test_ctrl_c_leaves_no_browser_or_worker(tmp_path, request):
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="pw-sigint-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    env = {**__import__("os").environ, **TEST_TARGETS, "TMPDIR": str(scratch)}
+    p = subprocess.Popen([sys.executable, "-m", "portability", "check", str(FIXTURES / "mlp.onnx"), "--no-history",
+                          "--targets", "test/web-hang,web/ort-wasm,web/tfjs-wasm"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(scratch.glob("portability-chromium-*")):
+        time.sleep(0.2)
+    time.sleep(2)  # well inside the run: pages open, one of them hung
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    time.sleep(1)
+    assert not _leftovers(str(scratch)), _leftovers(str(scratch))
+    assert not list(scratch.glob("portability-chromium-*"))
