@@ -77,9 +77,10 @@ def runtime_format(target: Target) -> str:
 
 
 def _makes(edge: Edge, variant: dict[str, str]) -> dict[str, str] | None:
-    """The options that make ``variant`` with ``edge`` (its last step), or None when it cannot."""
+    """The options that make ``variant`` with ``edge`` (its last step), or None when it cannot. A
+    converter that makes one value only (``Int8TfliteFromSavedModel``) takes no option for it."""
     if all(v in edge.variants.get(k, ()) for k, v in variant.items()):
-        return {k: v for k, v in variant.items() if k in edge.variants}
+        return {k: v for k, v in variant.items() if len(edge.variants[k]) > 1}
     return None
 
 
