@@ -43,6 +43,22 @@ def _message(e: Exception) -> str:
     return f"{type(e).__name__}: " + " | ".join(lines[:4])[:500]
 
 
+def _Eval(module):
+    """The program's module for the TorchScript tracer, which calls ``train(False)``: an exported
+    program's module refuses ``train()``, so it is held without being registered as a submodule."""
+    import torch
+
+    class Eval(torch.nn.Module):
+        def forward(self, *args):
+            return self._program(*args)
+
+    for t in list(module.parameters()) + list(module.buffers()):
+        t.requires_grad_(False)  # traced as constants of the graph
+    m = Eval()
+    object.__setattr__(m, "_program", module)
+    return m
+
+
 class _TorchToOnnx(Converter):
     input_format = "torch"
     output_format = "onnx"
@@ -67,7 +83,7 @@ class _TorchToOnnx(Converter):
             if self.dynamo:
                 torch.onnx.export(ep, _example(ctx), str(out), dynamo=True, external_data=False, opset_version=opset, **names)
             else:
-                torch.onnx.export(ep.module(), _example(ctx), str(out), dynamo=False, opset_version=opset, **names)
+                torch.onnx.export(_Eval(ep.module()), _example(ctx), str(out), dynamo=False, opset_version=opset, **names)
         except Exception as e:
             raise ConvertError(f"torch.onnx.export (dynamo={self.dynamo}) failed: {_message(e)}") from None
         if not out.is_file():
