@@ -100,3 +100,21 @@ def test_torch_check_against_eager_pytorch(tmp_path):
     t = by_id(r)
     assert t["server/torch"]["status"] == "pass" and t["server/ort-cpu"]["status"] == "pass"
     assert t["server/ort-cpu"]["details"]["plan"]["steps"] == ["TorchFromTorch", "OnnxFromTorch"]
+
+
+def test_the_api_checks_live_torch_and_keras_models():
+    _need("torch", "onnxscript", "keras", "tensorflow", "tf2onnx")
+    import keras
+    import torch
+
+    import portability
+
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    r = portability.check(net, "server/ort-cpu", example_inputs=torch.zeros(1, 3, 4), runs=3)
+    assert r.reference == "server/torch" and r.model["format"] == "torch"
+    assert [(t.id, t.status) for t in r.targets] == [("server/torch", "pass"), ("server/ort-cpu", "pass")]
+    km = keras.Sequential([keras.Input(shape=(6,), name="x"), keras.layers.Dense(3)])
+    r = portability.check(km, "server/tf", runs=3)
+    assert r.reference == "server/keras" and [t.status for t in r.targets] == ["pass", "pass"]
+    with pytest.raises(portability.core.errors.UsageError, match="example_inputs"):
+        portability.check(net, "server")
