@@ -118,3 +118,35 @@ def test_the_api_checks_live_torch_and_keras_models():
     assert r.reference == "server/keras" and [t.status for t in r.targets] == ["pass", "pass"]
     with pytest.raises(portability.core.errors.UsageError, match="example_inputs"):
         portability.check(net, "server")
+
+
+def _runnable(tid: str) -> None:
+    from portability.targets import availability, registry
+
+    a = availability(registry()[tid])
+    if not a.ok:
+        pytest.skip(f"{tid}: {a.reason}")
+
+
+@pytest.mark.mobile
+@pytest.mark.web
+def test_a_tflite_source_runs_on_litert_and_litert_js(tmp_path):
+    for tid in ("mobile/tflite-fp32", "web/litert-js"):
+        _runnable(tid)
+    r = check_json(tmp_path, FIXTURES / "keras_cnn.tflite", "--targets", "mobile/tflite-fp16,web/litert-js",
+                   "--dataset", str(FIXTURES / "digits_nhwc.npz"), "--samples", "20", "--runs", "3")
+    t = by_id(r)
+    assert r["reference"] == "mobile/tflite-fp32" and r["model"]["format"] == "tflite"
+    assert t["web/litert-js"]["status"] == "pass" and t["web/litert-js"]["details"]["plan"]["steps"] == ["TfliteFromTflite"]
+    assert t["mobile/tflite-fp16"]["status"] == "skipped" and "no converter route from tflite" in t["mobile/tflite-fp16"]["error"]
+
+
+@pytest.mark.web
+def test_a_tfjs_source_runs_against_the_cpu_backend(tmp_path):
+    for tid in ("web/tfjs-cpu", "web/tfjs-wasm"):
+        _runnable(tid)
+    r = check_json(tmp_path, FIXTURES / "keras_cnn_tfjs", "--targets", "web/tfjs-wasm",
+                   "--dataset", str(FIXTURES / "digits_nhwc.npz"), "--samples", "20", "--runs", "3")
+    assert r["reference"] == "web/tfjs-cpu" and r["model"]["format"] == "tfjs"
+    assert [t["status"] for t in r["targets"]] == ["pass", "pass"]
+    assert r["targets"][0]["metrics"]["accuracy"] >= 0.8
