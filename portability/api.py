@@ -20,22 +20,32 @@ def options(targets: str | Sequence[str] = "server", *, dataset: str | os.PathLi
     return resolve(dict(rest, targets=targets, dataset=dataset, input_range=value_range))
 
 
-def check(model: str | os.PathLike, targets: str | Sequence[str] = "server", dataset: str | os.PathLike | None = None,
-          *, record_history: bool = False, **opts) -> Report:
-    """Convert ``model`` (an ONNX file) for each target, run it there, compare with the server reference.
+def check(model, targets: str | Sequence[str] = "server", dataset: str | os.PathLike | None = None,
+          *, example_inputs=None, record_history: bool = False, **opts) -> Report:
+    """Convert ``model`` for each target, run it there, compare with the model's own runtime.
 
+    ``model``: a model file or folder (ONNX, ``.keras``, SavedModel, ``.tflite``, TF.js ``model.json``,
+    ``torch.export`` ``.pt2``), or a live ``torch.nn.Module`` (with ``example_inputs``: a tensor or a tuple,
+    exported by ``torch.export``) or ``keras.Model`` (saved as ``.keras``).
     ``targets``: platforms or target ids, a comma-separated string or a list (``["web", "mobile/tflite-int8"]``).
     ``dataset``: an ``.npz`` with inputs ``x`` and integer labels ``y`` (adds accuracy). Other options:
     ``inputs``, ``shapes`` (``{"x": [1, 3, 224, 224]}``), ``samples``, ``seed``, ``value_range``, ``warmup``,
     ``runs``, ``thresholds`` (``{"max_abs": 1e-3, "mobile/tflite-fp16": {"max_abs": 5e-3}}``), ``gate``,
     ``timeout``, ``convert_timeout``, ``memory_limit_mb``, ``time_budget``, ``jobs``, ``cache_dir``,
-    ``use_cache``. ``record_history=True`` also records the check in the history database.
+    ``use_cache``, ``via`` (a format or converter every chain must pass: ``"onnx"``). ``record_history=True``
+    also records the check in the history database.
 
     Returns the Report (``report.passed``; ``report.targets``); raises ``portability.core.errors.UsageError``
     for a bad model, inputs or options. Never prints."""
-    from portability.engine.pipeline import check as run_check
+    import tempfile
 
-    report = run_check(Path(model), options(targets, dataset=dataset, **opts))
+    from portability.engine.pipeline import check as run_check
+    from portability.sources import live
+
+    settings = options(targets, dataset=dataset, **opts)
+    with tempfile.TemporaryDirectory(prefix="portability-live-") as tmp:
+        path = live.materialize(model, example_inputs, Path(tmp)) if live.kind(model) else Path(model)
+        report = run_check(path, settings)
     if record_history:
         from portability.report.history import History
 

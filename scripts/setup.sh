@@ -38,7 +38,9 @@ if want pip && [ ! -f "$STAMP_DIR/pip-$pyreq_hash" ]; then
   if $PY -c "import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) else 1)"; then
     export PIP_BREAK_SYSTEM_PACKAGES=1
   fi
-  $PY -m pip install -q -r requirements/main.txt
+  # torch first and alone: the pinned version is the CPU build; the constraint keeps later installs off newer ones
+  $PY -m pip install -q -r requirements/torch.txt
+  $PY -m pip install -q -c requirements/torch.txt -r requirements/main.txt
   $PY -m pip install -q --no-deps -r requirements/nodeps.txt
   $PY -m pip install -q --no-deps -e .
   rm -f "$STAMP_DIR"/pip-*; touch "$STAMP_DIR/pip-$pyreq_hash"

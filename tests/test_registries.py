@@ -15,17 +15,52 @@ PKG = Path(__file__).resolve().parent.parent / "portability"
 TARGETS = registry()
 
 
+SOURCE_FORMATS = ("onnx", "keras", "saved_model", "tflite", "tfjs", "torch")
+
+
 @pytest.mark.parametrize("tid", sorted(TARGETS))
 def test_target_resolves_and_its_formats_line_up(tid):
+    """Along the chain planned from every source format that has a route, each step reads what the
+    previous one wrote and the runtime reads the last; every target has a route from some source."""
+    from portability.engine.plan import NoRoute, plan
+
     t = TARGETS[tid]
     runtime = load_class(t.runtime)
     runtime(t.options)  # construction checks the options: a misspelled one raises
-    fmt = "onnx"  # every chain starts from the source ONNX model
-    for path, _options in t.converters:
+    routes = 0
+    for source in SOURCE_FORMATS:
+        try:
+            chain = plan(source, t).steps
+        except NoRoute:
+            continue
+        routes += 1
+        fmt = source
+        for path, _options in chain:
+            conv = load_class(path)
+            assert conv.input_format == fmt, f"{tid} from {source}: {conv.__name__} reads {conv.input_format}, the chain has {fmt}"
+            fmt = conv.output_format
+        assert runtime.input_format == fmt, f"{tid} from {source}: {runtime.__name__} runs {runtime.input_format}, the chain gives {fmt}"
+    assert routes, f"{tid}: no source format reaches it"
+
+
+def test_every_registered_converter_resolves():
+    from portability.converters.registry import CONVERTERS
+
+    for path in CONVERTERS:
         conv = load_class(path)
-        assert conv.input_format == fmt, f"{tid}: {conv.__name__} reads {conv.input_format}, the chain has {fmt}"
-        fmt = conv.output_format
-    assert runtime.input_format == fmt, f"{tid}: {runtime.__name__} runs {runtime.input_format}, the chain gives {fmt}"
+        assert conv.input_format and conv.output_format, path
+        assert "From" in conv.__name__, f"{conv.__name__}: converters are named <Output>From<Input>"
+
+
+def test_every_source_kind_resolves():
+    import importlib
+
+    from portability.sources import REFERENCES, SOURCES
+
+    assert set(SOURCES) == set(REFERENCES) == set(SOURCE_FORMATS)
+    for kind, module in SOURCES.items():
+        m = importlib.import_module(module)
+        assert m.FORMAT == kind and m.REFERENCE == REFERENCES[kind] and REFERENCES[kind] in TARGETS
 
 
 def test_unknown_runtime_option_is_refused():

@@ -9,7 +9,7 @@ import typer
 from portability.cli.options import (CacheDirOpt, ConfigOpt, ConvertTimeoutOpt, CosineOpt, DatasetOpt, GateOpt, HtmlOpt,
                                      InputRangeOpt, InputsOpt, JobsOpt, JsonOpt, JunitOpt, MarkdownOpt, MaxAbsOpt,
                                      MaxAccuracyDropOpt, MemoryOpt, MinTop1Opt, NoCacheOpt, ProfileOpt, QuietOpt, RunsOpt,
-                                     SamplesOpt, SeedOpt, ShapeOpt, TargetsOpt, TimeBudgetOpt, TimeoutOpt, WarmupOpt)
+                                     SamplesOpt, SeedOpt, ShapeOpt, TargetsOpt, TimeBudgetOpt, TimeoutOpt, ViaOpt, WarmupOpt)
 
 
 class _Progress:
@@ -43,8 +43,9 @@ class _Progress:
 
 
 def check(
-    model: Path = typer.Argument(..., help="The ONNX model file (external data beside it is supported).", show_default=False),
+    model: Path = typer.Argument(..., help="The model: an ONNX file (external data beside it is supported), a Keras 3 .keras file, a SavedModel folder, a .tflite file, a TF.js model.json (or its folder), or a torch.export .pt2 program.", show_default=False),
     targets: TargetsOpt = None,
+    via: ViaOpt = None,
     json_path: JsonOpt = None,
     junit_path: JunitOpt = None,
     html_path: HtmlOpt = None,
@@ -77,7 +78,7 @@ def check(
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
-    """Convert MODEL for each target, run it there, compare with server/ort-cpu, and report.
+    """Convert MODEL for each target, run it there, compare with the source's own runtime, and report.
 
     Exit 0 when every gating target passed, 1 when one failed, 2 on a usage error or bad model/input."""
     return _check(dict(locals()))
@@ -105,7 +106,7 @@ def _check(f: dict[str, Any]) -> int:
     from rich.console import Console
 
     from portability.cli import outputs
-    from portability.core.model import load_model_isolated
+    from portability.sources import load_source_isolated
     from portability.engine.options import DEFAULTS, resolve
     from portability.engine.pipeline import check as run_check
 
@@ -116,11 +117,12 @@ def _check(f: dict[str, Any]) -> int:
     outputs.require_plotting(f["html_path"])
     tol = outputs.tolerances(cfg, f["baseline_latency"], f["max_size_growth"])
     base = outputs.load_baseline(f["baseline"] if f["baseline"] is not None else cfg.get("baseline"))
-    info = load_model_isolated(f["model"])
+    info = load_source_isolated(f["model"])
     outputs.require_comparable(base, info.to_dict())
     if not f["quiet"]:
         shape_s = ", ".join(f"{i.name} {i.dtype}[{','.join('?' if d is None else str(d) for d in i.shape)}]" for i in info.inputs)
-        err.print(f"[bold]{f['model']}[/]  opset {info.opset}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)
+        kind = f"opset {info.opset}" if info.format == "onnx" else f"{info.format} ({info.framework})"
+        err.print(f"[bold]{f['model']}[/]  {kind}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)
     progress = _Progress(err, f["quiet"])
     with err.status("starting…") as status:
         progress.status = status

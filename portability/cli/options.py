@@ -40,3 +40,4 @@ JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Tar
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Settings file (default: ./portability.toml or [tool.portability] in ./pyproject.toml).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Apply the settings of [tool.portability.profiles.NAME] over the base settings.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the table (and errors).")]
+ViaOpt = Annotated[Optional[str], typer.Option("--via", help="Route every target's conversion through this format (onnx, saved_model...) or converter (OnnxFromTorchScript): compare with the native routes of a run without it.")]

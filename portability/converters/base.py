@@ -43,6 +43,13 @@ class Converter(ABC):
     uses_calibration: ClassVar[bool] = False
     #: True when the result depends on ``ctx.input_shapes`` (they then enter the cache key and the record)
     uses_shapes: ClassVar[bool] = False
+    #: the variants it can make, option name -> values (``{"quant": ("fp32", "fp16")}``): a target asking
+    #: for a variant of its format is reached through a last step that lists it (``engine.plan``)
+    variants: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: the planner's tie-break between routes of equal length (higher: taken only when forced)
+    cost: ClassVar[int] = 1
+    #: a copy of the source into the cache: the first step of every chain from a source of its format
+    snapshot: ClassVar[bool] = False
 
     @classmethod
     def shapes_used(cls, ctx: ConvertContext) -> dict[str, list[int]] | None:

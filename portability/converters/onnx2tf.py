@@ -192,7 +192,10 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
     import tensorflow as tf
 
     conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quant != "fp32":  # fp32/fp16 are reached here only for a native SavedModel (onnx2tf writes its own)
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quant == "fp16":
+        conv.target_spec.supported_types = [tf.float16]
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quant == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS,
                                       tf.lite.OpsSet.SELECT_TF_OPS]
     if quant == "int8":
@@ -216,7 +219,8 @@ def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) 
     sm_meta = src.meta
     out = out_dir / "model.tflite"
     meta: dict[str, Any] = {"quant": quant, "onnx_signature": sm_meta["onnx_signature"]}
-    if quant in _FLOAT_FILES:
+    native = "float_tflite" not in sm_meta  # a framework's own SavedModel: every variant by TF's converter
+    if quant in _FLOAT_FILES and not native:
         shutil.copyfile(src.folder / sm_meta["float_tflite"][quant], out)
         meta["produced_by"] = "onnx2tf"
     else:
@@ -225,8 +229,9 @@ def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) 
             samples, meta["calibration"] = _calibration(ctx or ConvertContext(), sm_meta["tflite_io"], sm_meta["onnx_signature"])
             meta["calibration_source"] = (ctx.calibration_source if ctx and ctx.calibration else "synthesized")
         out.write_bytes(_tf_convert(src.folder, quant, samples, sm_meta["tflite_io"]))
-        meta["produced_by"] = "tf.lite.TFLiteConverter.from_saved_model (onnx2tf's SavedModel)"
-    io = describe_tflite(out, sm_meta["onnx_signature"])
+        meta["produced_by"] = "tf.lite.TFLiteConverter.from_saved_model (" + (
+            f"{sm_meta.get('produced_by', 'the given')} SavedModel)" if native else "onnx2tf's SavedModel)")
+    io = describe_tflite(out, sm_meta["onnx_signature"], native=native)
     _keep_float_layouts(io, sm_meta["tflite_io"])
     meta["tflite_io"] = io
     return Artifact(path=out, format="tflite", sha256="", meta=meta)
@@ -246,6 +251,7 @@ class TfliteFromSavedModel(Converter):
 
     input_format = "saved_model"
     output_format = "tflite"
+    variants = {"quant": ("fp32", "fp16", "dynint8")}
 
     def version(self) -> str:
         return _versions()
@@ -265,6 +271,7 @@ class Int8TfliteFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "tflite"
     uses_calibration = True
+    variants = {"quant": ("int8",)}
 
     def version(self) -> str:
         return _versions()

@@ -23,6 +23,7 @@ _TWO_GB = 2**31 - 1
 
 class OnnxFromOnnx(Converter):
     output_format = "onnx"
+    snapshot = True
 
     def version(self) -> str:
         return "2+onnx" + package_version("onnx")

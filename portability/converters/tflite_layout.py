@@ -30,8 +30,9 @@ from portability.core.errors import ConvertError
 _MAX_PROBE_COMBOS = 32
 
 
-def candidate_perms(onnx_shape: list, tfl_shape: list) -> list[tuple[int, ...]]:
-    """Permutations ``p`` with ``tfl_shape[i] == onnx_shape[p[i]]``; channel-last first, identity second."""
+def candidate_perms(onnx_shape: list, tfl_shape: list, native: bool = False) -> list[tuple[int, ...]]:
+    """Permutations ``p`` with ``tfl_shape[i] == onnx_shape[p[i]]``; channel-last first, identity second
+    (identity first for a ``native`` file: one written from the source's own layout)."""
     n = len(onnx_shape)
     if n != len(tfl_shape):
         return []
@@ -41,7 +42,8 @@ def candidate_perms(onnx_shape: list, tfl_shape: list) -> list[tuple[int, ...]]:
     for same in (strict, relaxed):  # an unknown dimension pairs with an unknown one first
         found = _perms(onnx_shape, tfl_shape, same)
         if found:
-            return found
+            ident = tuple(range(n))
+            return [ident] + [p for p in found if p != ident] if native and ident in found else found
     return []
 
 
@@ -90,8 +92,9 @@ def _quant(d: dict) -> dict | None:
     return {"scale": float(scale), "zero_point": int(zp)} if scale else None
 
 
-def describe_tflite(tflite: Path, onnx_sig: dict, onnx_path: Path | None = None) -> dict[str, Any]:
-    """The ONNX <-> TFLite mapping of ``tflite`` (see the module doc). ``onnx_path`` enables the probe."""
+def describe_tflite(tflite: Path, onnx_sig: dict, onnx_path: Path | None = None, native: bool = False) -> dict[str, Any]:
+    """The source <-> TFLite mapping of ``tflite`` (see the module doc). ``onnx_path`` enables the probe;
+    ``native``: the file keeps the source's layout (a framework's own converter wrote it)."""
     from ai_edge_litert.interpreter import Interpreter
 
     it = Interpreter(model_path=str(tflite), num_threads=1)
@@ -104,7 +107,7 @@ def describe_tflite(tflite: Path, onnx_sig: dict, onnx_path: Path | None = None)
     cands_in, cands_out = [], []
     for t, d in zip(onnx_sig["inputs"], ins):
         shape = [int(x) for x in d.get("shape_signature", d["shape"])]
-        c = candidate_perms(t["shape"], shape)
+        c = candidate_perms(t["shape"], shape, native)
         if not c and int(np.prod([x for x in d["shape"]])) != int(np.prod([x or 1 for x in t["shape"]])):
             raise ConvertError(f"input '{t['name']}': TFLite shape {shape} does not match ONNX shape {t['shape']}")
         cands_in.append(c)
@@ -113,7 +116,7 @@ def describe_tflite(tflite: Path, onnx_sig: dict, onnx_path: Path | None = None)
                              "key": key_of["inputs"].get(d["index"])})
     for t, d in zip(onnx_sig["outputs"], outs):
         shape = [int(x) for x in d.get("shape_signature", d["shape"])]
-        c = candidate_perms(t["shape"], shape)
+        c = candidate_perms(t["shape"], shape, native)
         cands_out.append(c)
         io["outputs"].append({"onnx": t["name"], "index": int(d["index"]), "tensor": d["name"], "shape": shape,
                               "dtype": np.dtype(d["dtype"]).name, "to_onnx": list(np.argsort(c[0])) if c else None,

@@ -45,9 +45,13 @@ class ModelInfo:
     external_data: tuple[str, ...] = ()
     #: integer inputs used as Gather indices into a table: name -> exclusive upper bound
     index_bounds: dict[str, int] = field(default_factory=dict)
+    #: the source's format (``onnx``, ``keras``, ``saved_model``, ``tflite``, ``tfjs``, ``torch``) and the
+    #: framework that reads it, with its version (``keras 3.15.1``); see ``portability.sources``
+    format: str = "onnx"
+    framework: str | None = None
 
     def artifact(self) -> Artifact:
-        return Artifact(path=self.path, format="onnx", sha256=self.sha256)
+        return Artifact(path=self.path, format=self.format, sha256=self.sha256)
 
     def signature(self) -> dict[str, list[dict]]:
         """Inputs and outputs as plain dicts (name, dtype, shape with None for any non-fixed dim): what
@@ -59,10 +63,14 @@ class ModelInfo:
         return cls(path=Path(d["path"]), sha256=d["sha256"], size_bytes=d["size_bytes"], opset=d["opset"],
                    producer=d["producer"], inputs=tuple(TensorSpec.from_dict(t) for t in d["inputs"]),
                    outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
-                   external_data=tuple(d.get("external_data", ())), index_bounds=dict(d.get("index_bounds") or {}))
+                   external_data=tuple(d.get("external_data", ())), index_bounds=dict(d.get("index_bounds") or {}),
+                   format=d.get("format", "onnx"), framework=d.get("framework"))
 
     def to_dict(self) -> dict:
-        return {
+        """The report's ``model`` section. ``format`` and ``framework`` are added for sources other than
+        ONNX (an ONNX source's section is what it always was)."""
+        extra = {} if self.format == "onnx" else {"format": self.format, "framework": self.framework}
+        return {**extra,
             "path": str(self.path),
             "sha256": self.sha256,
             "size_bytes": self.size_bytes,

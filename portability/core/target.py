@@ -11,8 +11,10 @@ class Target:
     """One thing to check.
 
     ``runtime`` and each converter are ``"module:Class"`` strings, imported only in the worker.
-    ``converters`` is the chain from the source ONNX model to the artifact the runtime opens, each step
-    ``(class path, options)``. ``thresholds`` override the defaults for this target (e.g. fp16 and int8
+    ``converters`` is the chain from the source model to the artifact the runtime opens, each step
+    ``(class path, options)``: planned for each check from the source's format, the runtime's format and
+    ``variant`` (``{"quant": "int8"}``: which of its format's variants the target runs) by
+    ``portability.engine.plan`` — registry entries leave it empty. ``thresholds`` override the defaults for this target (e.g. fp16 and int8
     variants are held to looser numeric bounds). ``run_timeout_s`` overrides the default run time limit
     (the slow ``onnx.reference`` evaluator has its own); ``time_budget_s`` and ``min_runs`` bound its
     latency sampling (a reference evaluator's speed is nobody's deployment latency).
@@ -22,6 +24,7 @@ class Target:
     runtime: str
     converters: tuple[tuple[str, dict[str, Any]], ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    variant: dict[str, str] = field(default_factory=dict)
     gating: bool = True
     thresholds: dict[str, float | None] = field(default_factory=dict)
     run_timeout_s: float | None = None
@@ -40,6 +43,7 @@ class Target:
             "runtime": self.runtime,
             "converters": [[c, o] for c, o in self.converters],
             "options": self.options,
+            "variant": self.variant,
             "gating": self.gating,
             "thresholds": self.thresholds,
             "run_timeout_s": self.run_timeout_s,
@@ -55,6 +59,7 @@ class Target:
             runtime=d["runtime"],
             converters=tuple((c, dict(o)) for c, o in d.get("converters", [])),
             options=dict(d.get("options") or {}),
+            variant=dict(d.get("variant") or {}),
             gating=bool(d.get("gating", True)),
             thresholds=dict(d.get("thresholds") or {}),
             run_timeout_s=d.get("run_timeout_s"),

@@ -49,6 +49,8 @@ class CheckOptions:
     cache_dir: Path | None = None
     #: targets worked on at once (their timing is always alone: ``engine.schedule``)
     jobs: int = field(default_factory=lambda: default_jobs())
+    #: a format (``onnx``) or converter (``OnnxFromTorchScript``) every planned chain must pass through
+    via: str | None = None
 
 
 def default_jobs() -> int:
@@ -65,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "input_range": _D.value_range, "warmup": _D.warmup, "runs": _D.runs, "time_budget": _D.time_budget_s,
     "timeout": _L.run_timeout_s, "convert_timeout": _L.convert_timeout_s, "memory_limit_mb": None,
     "thresholds": {}, "gate": [], "use_cache": _D.use_cache, "cache_dir": None, "jobs": _D.jobs,
+    "via": None,
 }
 #: flag names that set a threshold, and the threshold they set
 THRESHOLD_FLAGS = {"max_abs": "max_abs", "cosine": "cosine", "min_top1": "top1_agreement", "max_accuracy_drop": "accuracy_drop"}
@@ -142,7 +145,8 @@ def resolve(*layers: dict[str, Any]) -> CheckOptions:
         seed=int(s["seed"]), value_range=_range(s["input_range"]), warmup=int(s["warmup"]), runs=int(s["runs"]),
         time_budget_s=float(s["time_budget"]), limits=limits, thresholds=glob, target_thresholds=per,
         gate=_gate(s["gate"]), timeout_explicit=any(layer.get("timeout") is not None for layer in layers),
-        use_cache=bool(s["use_cache"]), cache_dir=path(s["cache_dir"]), jobs=int(s["jobs"]))
+        use_cache=bool(s["use_cache"]), cache_dir=path(s["cache_dir"]), jobs=int(s["jobs"]),
+        via=str(s["via"]) if s["via"] else None)
 
 
 def _shapes(v: Any) -> list[str]:

@@ -18,9 +18,9 @@ import numpy as np
 import portability
 from portability.core import inputs as inp
 from portability.core.errors import UsageError
-from portability.core.model import ModelInfo, load_model_isolated
+from portability.core.model import ModelInfo
 from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
-from portability.engine import verdict
+from portability.engine import plan, verdict
 from portability.engine.options import CheckOptions, Limits
 from portability.engine.runner import kill_all, log_tail, run_worker
 from portability.engine.schedule import TimingGate
@@ -30,7 +30,8 @@ from portability.metrics import drift, thresholds
 from portability.metrics.base import Evaluation
 from portability.metrics.latency import summarize
 from portability.report.schema import Report, TargetResult
-from portability.targets import REFERENCE, Target, availability, expand, registry
+from portability.sources import load_source_isolated
+from portability.targets import REFERENCE, Target, availability
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ class _Run:
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
         self.gate = TimingGate()
         self.browsers = None  # web.service.BrowserService, once a web target needs it
+        #: the source's own runtime, targets without a converter route (id -> why), each target's plan
+        self.reference, self.no_route, self.plans = REFERENCE, {}, {}
 
     def _lease(self, target: Target):
         """(services for the job, the lease): the shared browser a web target uses, launched on first use."""
@@ -149,6 +152,7 @@ class _Run:
     def run(self, target: Target, skip_reason: str | None = None) -> TargetResult:
         self.progress.target_started(target)
         t0 = time.monotonic()
+        skip_reason = skip_reason or self.no_route.get(target.id)
         avail = None if skip_reason else availability(target)
         if skip_reason or not avail.ok:
             v = verdict.skipped(target, self.opts.gate)
@@ -191,7 +195,7 @@ class _Run:
 
     def evaluate(self, target: Target, wr: WorkerResult, wdir: Path) -> TargetResult:
         t = self.thresholds_for(target)
-        is_ref = target.id == REFERENCE
+        is_ref = target.id == self.reference
         outs = load_outputs(wdir / "outputs.npz", self.out_names) if wr.ok else {}
         if is_ref and wr.ok:
             self.score_name = acc.score_output(outs)
@@ -210,7 +214,7 @@ class _Run:
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
                             runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
                             artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + self._timing_note(m),
-                            details=self._details(wr))
+                            details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
 
     @staticmethod
     def _timing_note(m: dict) -> tuple[str, ...]:
@@ -228,7 +232,7 @@ class _Run:
         after the snapshot, e.g. one onnx2tf SavedModel) count once, and a runtime with a known caveat
         (onnx.reference's wrong kernels) is no witness."""
         lineage = {t.id: (t.converters[1][0] if len(t.converters) > 1 else t.id) for t in targets}
-        drifted = [r for r in results if r.status == "drift" and r.id in self.outputs and r.id != REFERENCE
+        drifted = [r for r in results if r.status == "drift" and r.id in self.outputs and r.id != self.reference
                    and not r.details.get("caveat")]
         agreeing: list[str] = []
         for i, a in enumerate(drifted):
@@ -237,7 +241,7 @@ class _Run:
                 if not problems and not drift.breaches({"outputs": per, "top1_agreement": agreement}, thresholds.DEFAULTS):
                     agreeing += [x for x in (a.id, b.id) if x not in agreeing]
         if len({lineage.get(x, x) for x in agreeing}) >= 2:
-            return [f"{', '.join(agreeing)} agree with each other but not with the reference {REFERENCE}: "
+            return [f"{', '.join(agreeing)} agree with each other but not with the reference {self.reference}: "
                     "the reference may be the odd one out"]
         return []
 
@@ -246,19 +250,20 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
           model: ModelInfo | None = None) -> Report:
     """Run a whole check. Raises UsageError (bad model / input / flags) before any target runs."""
     progress = progress or _Silent()
-    model = model or load_model_isolated(model_path)
+    model = model or load_source_isolated(model_path)
     feeds = prepare_feeds(model, opts)
-    targets = expand(opts.targets, registry())
+    targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via)
     verdict.check_gate_rules(targets, opts.gate)
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
     run = None
     try:
         run = _Run(model, feeds, opts, workdir, progress)
+        run.reference, run.no_route, run.plans = targets[0].id, no_route, plans
         ref = run.run(targets[0])
         results = [ref]
         rest = targets[1:]
         if ref.status != "pass":
-            why = f"the reference {REFERENCE} did not run ({ref.status}): nothing to compare with"
+            why = f"the reference {run.reference} did not run ({ref.status}): nothing to compare with"
             results += [run.run(t, skip_reason=why) for t in rest]
         elif opts.jobs > 1 and len(rest) > 1:
             pool = ThreadPoolExecutor(max_workers=opts.jobs)
@@ -285,7 +290,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         inputs={"source": feeds.source, "samples": feeds.samples, "batches": feeds.batches, "seed": feeds.seed,
                 "path": str(opts.dataset or opts.inputs) if (opts.dataset or opts.inputs) else None,
                 "shapes": {k: list(v.shape[1:]) for k, v in feeds.arrays.items()}},
-        reference=REFERENCE,
+        reference=targets[0].id,
         targets=tuple(results),
         passed=passed,
         notes=tuple(notes),

@@ -34,11 +34,11 @@ def availability(target: Target):
         return Availability(False, f"runtime {target.runtime} cannot be imported ({e})", "reinstall portability: scripts/setup.sh")
 
 
-def expand(spec: str, reg: dict[str, Target] | None = None) -> list[Target]:
+def expand(spec: str, reg: dict[str, Target] | None = None, reference: str = REFERENCE) -> list[Target]:
     """``"web,mobile/tflite-fp32"`` -> targets. A platform name means all its targets; ``all`` every one.
 
     Unavailable targets stay in the list: they are reported ``skipped`` with the reason, never dropped.
-    The reference target is always first.
+    The reference target (the source's own runtime: ``portability.sources.REFERENCES``) is always first.
     """
     reg = reg or registry()
     chosen: list[str] = []
@@ -57,9 +57,9 @@ def expand(spec: str, reg: dict[str, Target] | None = None) -> list[Target]:
             near = [i for i in reg if i.split("/")[0] == part.split("/")[0]]
             raise UsageError(f"unknown target '{part}'" + (f" (known: {', '.join(near)})" if near else ""))
         chosen += [i for i in ids if i not in chosen]
-    if REFERENCE in chosen:
-        chosen.remove(REFERENCE)
-    return [reg[REFERENCE]] + [reg[i] for i in chosen]
+    if reference in chosen:
+        chosen.remove(reference)
+    return [reg[reference]] + [reg[i] for i in chosen]
 
 
 __all__ = ["Target", "availability", "load_class", "registry", "expand", "REFERENCE", "PLATFORMS"]

@@ -1,9 +1,10 @@
 """Mobile targets: LiteRT (TFLite, four precisions), ONNX Runtime Mobile (ORT format), and both on ARM64
-under emulation. The TFLite chains share one onnx2tf run through the cache (``tflite_chain``)."""
-from portability.converters.onnx2tf import tflite_chain
+under emulation. Chains are planned from the source (``engine.plan``); from ONNX the TFLite variants
+share one onnx2tf run through the cache, from Keras/SavedModel TensorFlow's own converter makes them."""
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.targets.base import Target
 
+#: the ORT-format chain from an ONNX source (what the tests convert with)
 ORT_CHAIN = (SNAPSHOT, ("portability.converters.ort_format:OrtFromOnnx", {}))
 LITERT = "portability.runtimes.litert:LiteRt"
 #: Reduced precision is held to looser, honest bounds. Quantized models are expected to differ numerically:
@@ -15,20 +16,18 @@ INT8 = {"max_abs": None, "cosine": 0.99, "top1_agreement": 0.95}
 ARM64_TIMEOUT_S = 900  # qemu runs everything ~250x slower; the emulated interpreter alone starts in seconds
 
 TARGETS = [
-    Target(id="mobile/tflite-fp32", runtime=LITERT, converters=tflite_chain("fp32"),
-           description="LiteRT (XNNPACK, 4 threads) on onnx2tf's float32 .tflite"),
-    Target(id="mobile/tflite-fp16", runtime=LITERT, converters=tflite_chain("fp16"), thresholds=FP16,
-           description="LiteRT on onnx2tf's float16-weights .tflite"),
-    Target(id="mobile/tflite-dynint8", runtime=LITERT, converters=tflite_chain("dynint8"), thresholds=DYNINT8,
+    Target(id="mobile/tflite-fp32", runtime=LITERT, variant={"quant": "fp32"},
+           description="LiteRT (XNNPACK, 4 threads) on the float32 .tflite"),
+    Target(id="mobile/tflite-fp16", runtime=LITERT, variant={"quant": "fp16"}, thresholds=FP16,
+           description="LiteRT on the float16-weights .tflite"),
+    Target(id="mobile/tflite-dynint8", runtime=LITERT, variant={"quant": "dynint8"}, thresholds=DYNINT8,
            description="LiteRT on a dynamic-range quantized .tflite (int8 weights, float activations)"),
-    Target(id="mobile/tflite-int8", runtime=LITERT, converters=tflite_chain("int8"), thresholds=INT8,
+    Target(id="mobile/tflite-int8", runtime=LITERT, variant={"quant": "int8"}, thresholds=INT8,
            description="LiteRT on a fully int8 .tflite (int8 inputs/outputs), calibrated on the check's inputs"),
-    Target(id="mobile/ort-mobile", runtime="portability.runtimes.ort_mobile:OrtMobile", converters=ORT_CHAIN,
-           description="ONNX Runtime on the ORT-format model (ORT Mobile's format), with NNAPI/CoreML coverage"),
-    Target(id="mobile/arm64-tflite", runtime="portability.runtimes.arm64:Arm64Tflite", converters=tflite_chain("fp32"),
+    Target(id="mobile/ort-mobile", runtime="portability.runtimes.ort_mobile:OrtMobile", description="ONNX Runtime on the ORT-format model (ORT Mobile's format), with NNAPI/CoreML coverage"),
+    Target(id="mobile/arm64-tflite", runtime="portability.runtimes.arm64:Arm64Tflite", variant={"quant": "fp32"},
            run_timeout_s=ARM64_TIMEOUT_S,
            description="LiteRT's aarch64 build on the float32 .tflite, under qemu-aarch64 emulation (latency emulated)"),
-    Target(id="mobile/arm64-ort", runtime="portability.runtimes.arm64:Arm64Ort", converters=ORT_CHAIN,
-           run_timeout_s=ARM64_TIMEOUT_S,
+    Target(id="mobile/arm64-ort", runtime="portability.runtimes.arm64:Arm64Ort", run_timeout_s=ARM64_TIMEOUT_S,
            description="ONNX Runtime's aarch64 build on the .ort model, under qemu-aarch64 emulation (latency emulated)"),
 ]

@@ -1,5 +1,5 @@
-"""Server targets: ONNX Runtime and the ONNX reference evaluator, on the (snapshotted) ONNX model."""
-from portability.converters.onnx_snapshot import SNAPSHOT
+"""Server targets: ONNX Runtime and the ONNX reference evaluator (on the ONNX model), TensorFlow on a
+SavedModel, Keras 3 and eager PyTorch (the references of Keras and torch.export sources)."""
 from portability.targets.base import Target
 
 
@@ -7,20 +7,17 @@ TARGETS = [
     Target(
         id="server/ort-cpu",
         runtime="portability.runtimes.ort:OrtCpu",
-        converters=(SNAPSHOT,),
         description="ONNX Runtime, CPU execution provider, all graph optimizations (the reference)",
     ),
     Target(
         id="server/ort-cpu-noopt",
         runtime="portability.runtimes.ort:OrtCpu",
-        converters=(SNAPSHOT,),
         options={"graph_optimization": "disabled"},
         description="ONNX Runtime, CPU, graph optimizations disabled (catches optimizer bugs)",
     ),
     Target(
         id="server/onnx-reference",
         runtime="portability.runtimes.onnx_reference:OnnxReference",
-        converters=(SNAPSHOT,),
         gating=False,
         run_timeout_s=600,
         time_budget_s=2.0,  # its latency is no platform's: a slow model is not timed at all (min_runs 0)
@@ -31,13 +28,21 @@ TARGETS = [
     Target(
         id="server/tf",
         runtime="portability.runtimes.tf_savedmodel:TfSavedModel",
-        converters=(SNAPSHOT, ("portability.converters.onnx2tf:SavedModelFromOnnx", {})),
-        description="TensorFlow on the SavedModel onnx2tf makes of the model (the ONNX -> TF hop)",
+        description="TensorFlow on a SavedModel: the source's own, Keras's export, or onnx2tf's from ONNX",
     ),
     Target(
         id="server/ort-cuda",
         runtime="portability.runtimes.ort:OrtCuda",
-        converters=(SNAPSHOT,),
         description="ONNX Runtime, CUDA execution provider (needs onnxruntime-gpu and a CUDA GPU)",
+    ),
+    Target(
+        id="server/keras",
+        runtime="portability.runtimes.keras_model:KerasModel",
+        description="Keras 3 (TensorFlow backend) on the .keras model (the reference of Keras sources)",
+    ),
+    Target(
+        id="server/torch",
+        runtime="portability.runtimes.torch_eager:TorchEager",
+        description="eager PyTorch on the torch.export program (the reference of .pt2 sources)",
     ),
 ]

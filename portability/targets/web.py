@@ -1,27 +1,24 @@
 """Web targets: the model really runs in headless Chromium (onnxruntime-web, TensorFlow.js, LiteRT.js).
 
 GPU backends on a machine without a GPU run on a software adapter (SwiftShader); the result says so
-(``device: software``). ORT-web fetches the single-file ONNX snapshot; TF.js and LiteRT.js run what
-onnx2tf makes of it (SavedModel -> TF.js graph model; fp32 ``.tflite``).
+(``device: software``). Chains are planned from the source (``engine.plan``): from ONNX, ORT-web fetches
+the single-file ONNX snapshot and TF.js / LiteRT.js run what onnx2tf makes of it (SavedModel -> TF.js
+graph model; fp32 ``.tflite``); from Keras or a SavedModel, TensorFlow's own converters make them.
 """
 import os
 
-from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.targets.base import Target
 
-SAVED_MODEL = ("portability.converters.onnx2tf:SavedModelFromOnnx", {})
-TFJS = ("portability.converters.tfjs:TfjsFromSavedModel", {})
-TFLITE_FP32 = ("portability.converters.onnx2tf:TfliteFromSavedModel", {"quant": "fp32"})
 ORT_WEB = "portability.runtimes.ort_web:OrtWeb"
 TF_JS = "portability.runtimes.tfjs:Tfjs"
 
 
 def _ort(id_: str, description: str, **options) -> Target:
-    return Target(id=id_, runtime=ORT_WEB, converters=(SNAPSHOT,), options=options, description=description)
+    return Target(id=id_, runtime=ORT_WEB, options=options, description=description)
 
 
 def _tfjs(backend: str, description: str) -> Target:
-    return Target(id=f"web/tfjs-{backend}", runtime=TF_JS, converters=(SNAPSHOT, SAVED_MODEL, TFJS),
+    return Target(id=f"web/tfjs-{backend}", runtime=TF_JS,
                   options={"backend": backend}, description=description)
 
 
@@ -31,23 +28,23 @@ TARGETS = [
          ep="wasm", threads=2),
     _ort("web/ort-webgl", "onnxruntime-web, WebGL (ort.webgl bundle; deprecated upstream, fewer ops)", ep="webgl"),
     _ort("web/ort-webgpu", "onnxruntime-web, WebGPU (ort.webgpu bundle; SwiftShader without a GPU)", ep="webgpu"),
-    _tfjs("cpu", "TensorFlow.js 4.22 graph model (onnx2tf SavedModel), plain-JS cpu backend"),
+    _tfjs("cpu", "TensorFlow.js 4.22 graph model, plain-JS cpu backend"),
     _tfjs("wasm", "TensorFlow.js graph model, wasm backend (1 thread)"),
     _tfjs("webgl", "TensorFlow.js graph model, WebGL backend"),
     _tfjs("webgpu", "TensorFlow.js graph model, WebGPU backend (SwiftShader without a GPU)"),
     Target(id="web/litert-js", runtime="portability.runtimes.litert_js:LiteRtJs",
-           converters=(SNAPSHOT, SAVED_MODEL, TFLITE_FP32), options={"accelerator": "wasm"},
-           description="LiteRT.js 2.5 (@litertjs/core), the fp32 .tflite from onnx2tf, wasm (XNNPACK) accelerator"),
+           variant={"quant": "fp32"}, options={"accelerator": "wasm"},
+           description="LiteRT.js 2.5 (@litertjs/core), the fp32 .tflite, wasm (XNNPACK) accelerator"),
 ]
 
 if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":  # the test suite's switch (see targets/testing.py)
     TARGETS.append(Target(
-        id="test/web-fallback", runtime=ORT_WEB, converters=(SNAPSHOT,),
+        id="test/web-fallback", runtime=ORT_WEB,
         options={"ep": "wasm", "threads": 2, "isolated": False},
         description="ort-wasm with 2 threads served without cross-origin isolation: ORT silently runs 1 thread",
     ))
-    TARGETS.append(Target(id="test/web-hang", runtime="portability.runtimes.testing:WebHang", converters=(SNAPSHOT,),
+    TARGETS.append(Target(id="test/web-hang", runtime="portability.runtimes.testing:WebHang",
                           options={"ep": "wasm", "threads": 1}, run_timeout_s=20,
                           description="ort-wasm whose page hangs in the first inference"))
-    TARGETS.append(Target(id="test/web-crash", runtime="portability.runtimes.testing:WebCrash", converters=(SNAPSHOT,),
+    TARGETS.append(Target(id="test/web-crash", runtime="portability.runtimes.testing:WebCrash",
                           options={"ep": "wasm", "threads": 1}, description="ort-wasm whose page crashes"))

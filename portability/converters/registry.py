@@ -1,0 +1,26 @@
+"""The converter registry: every edge of the converter graph (``engine.plan`` finds routes through it).
+
+Adding a converter is one file and one line here; no target is edited to gain a route."""
+from __future__ import annotations
+
+CONVERTERS = (
+    # snapshots: the first step from a source of each format
+    "portability.converters.onnx_snapshot:OnnxFromOnnx",
+    "portability.converters.snapshots:KerasFromKeras",
+    "portability.converters.snapshots:SavedModelFromSavedModel",
+    "portability.converters.snapshots:TfliteFromTflite",
+    "portability.converters.snapshots:TfjsFromTfjs",
+    "portability.converters.snapshots:TorchFromTorch",
+    # ONNX, the hub
+    "portability.converters.onnx2tf:SavedModelFromOnnx",
+    "portability.converters.ort_format:OrtFromOnnx",
+    # TensorFlow's own converters (from onnx2tf's or a framework's SavedModel)
+    "portability.converters.onnx2tf:TfliteFromSavedModel",
+    "portability.converters.onnx2tf:Int8TfliteFromSavedModel",
+    "portability.converters.tfjs:TfjsFromSavedModel",
+    # native exporters
+    "portability.converters.keras_export:SavedModelFromKeras",
+    "portability.converters.tf2onnx:OnnxFromSavedModel",
+    "portability.converters.torch_onnx:OnnxFromTorch",
+    "portability.converters.torch_onnx:OnnxFromTorchScript",
+)

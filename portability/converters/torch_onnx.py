@@ -1,0 +1,103 @@
+"""ONNX from a ``torch.export`` program: ``OnnxFromTorch`` by ``torch.onnx.export(dynamo=True)`` (the
+exporter PyTorch recommends; one file: ``external_data=False``) and ``OnnxFromTorchScript`` by the
+TorchScript-based exporter (``dynamo=False``; deprecated upstream, taken only when asked for with
+``--via OnnxFromTorchScript``). Inputs and outputs get the source's names. The program is opened through
+``portability.sources.torch_export`` (vetted: nothing is unpickled).
+
+Options: ``opset`` (default 18)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from portability.converters.base import ConvertContext, Converter, package_version, require
+from portability.core.artifact import Artifact
+from portability.core.errors import BadModel, ConvertError
+
+OPSET = 18
+
+
+def _example(ctx: ConvertContext) -> tuple:
+    import torch
+
+    args = []
+    for t in ctx.signature["inputs"]:
+        shape = (ctx.input_shapes or {}).get(t["name"]) or [d or 1 for d in t["shape"]]
+        args.append(torch.from_numpy(np.zeros(shape, dtype=t["dtype"])))
+    return tuple(args)
+
+
+def _open(src: Artifact):
+    from portability.sources.torch_export import open_program
+
+    try:
+        return open_program(src.path)
+    except BadModel as e:
+        raise ConvertError(str(e)) from None
+
+
+def _message(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: " + " | ".join(lines[:4])[:500]
+
+
+def _Eval(module):
+    """The program's module for the TorchScript tracer, which calls ``train(False)``: an exported
+    program's module refuses ``train()``, so it is held without being registered as a submodule."""
+    import torch
+
+    class Eval(torch.nn.Module):
+        def forward(self, *args):
+            return self._program(*args)
+
+    for t in list(module.parameters()) + list(module.buffers()):
+        t.requires_grad_(False)  # traced as constants of the graph
+    m = Eval()
+    object.__setattr__(m, "_program", module)
+    return m
+
+
+class _TorchToOnnx(Converter):
+    input_format = "torch"
+    output_format = "onnx"
+    uses_shapes = True
+    dynamo: bool
+
+    def version(self) -> str:
+        return f"1+torch{package_version('torch')}+onnxscript{package_version('onnxscript')}"
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        require({"torch": "pip install torch==2.13.0", "onnxscript": "pip install onnxscript"}, "to export a PyTorch model")
+        import torch
+
+        from portability.converters.onnx_names import rename_io
+
+        ep = _open(src)
+        out = out_dir / "model.onnx"
+        opset = int(options.get("opset", OPSET))
+        names = dict(input_names=[t["name"] for t in ctx.signature["inputs"]],
+                     output_names=[t["name"] for t in ctx.signature["outputs"]])
+        try:
+            if self.dynamo:
+                torch.onnx.export(ep, _example(ctx), str(out), dynamo=True, external_data=False, opset_version=opset, **names)
+            else:
+                torch.onnx.export(_Eval(ep.module()), _example(ctx), str(out), dynamo=False, opset_version=opset, **names)
+        except Exception as e:
+            raise ConvertError(f"torch.onnx.export (dynamo={self.dynamo}) failed: {_message(e)}") from None
+        if not out.is_file():
+            raise ConvertError("torch.onnx.export wrote no file")
+        renamed = rename_io(out, ctx.signature)
+        return Artifact(path=out, format="onnx", sha256="", meta={
+            "onnx_signature": ctx.signature, "produced_by": f"torch.onnx.export(dynamo={self.dynamo}) torch {torch.__version__}, opset {opset}",
+            **({"renamed": renamed} if renamed else {})})
+
+
+class OnnxFromTorch(_TorchToOnnx):
+    dynamo = True
+
+
+class OnnxFromTorchScript(_TorchToOnnx):
+    dynamo = False
+    cost = 5

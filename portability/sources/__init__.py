@@ -1,0 +1,137 @@
+"""Sources: a model as its owner has it. One module per kind, each with ``FORMAT`` (its node in the
+converter graph), ``REFERENCE`` (the target id of its own runtime, the check's reference) and
+``load(path) -> ModelInfo`` (signature, size, digest; run in an isolated child process).
+
+Detection (``detect``) looks at names and a few bytes only: it imports no framework. Files that would be
+unpickled (``torch.save`` checkpoints, TorchScript archives, raw pickles, legacy Keras HDF5 files that
+may carry marshalled Python code) are refused here with what to export instead.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+from portability.core.errors import BadModel
+
+#: kind -> the module that reads it (a literal registry: one entry per source kind)
+SOURCES = {
+    "onnx": "portability.sources.onnx",
+    "keras": "portability.sources.keras",
+    "saved_model": "portability.sources.saved_model",
+    "tflite": "portability.sources.tflite",
+    "tfjs": "portability.sources.tfjs",
+    "torch": "portability.sources.torch_export",
+}
+
+#: kind -> the target whose runtime is the source's own (the check's reference)
+REFERENCES = {
+    "onnx": "server/ort-cpu",
+    "keras": "server/keras",
+    "saved_model": "server/tf",
+    "tflite": "mobile/tflite-fp32",
+    "tfjs": "web/tfjs-cpu",
+    "torch": "server/torch",
+}
+
+_PICKLE_TORCH = ("torch.save checkpoints and TorchScript archives are pickles (loading one runs code): "
+                 "refused. Export the model with torch.export.export(model, example_inputs) and "
+                 "torch.export.save(program, 'model.pt2'), or give an ONNX file")
+_REFUSED = {
+    ".pt": _PICKLE_TORCH, ".pth": _PICKLE_TORCH, ".ckpt": _PICKLE_TORCH, ".pkl": "a pickle (loading one runs code): refused",
+    ".pickle": "a pickle (loading one runs code): refused", ".joblib": "a pickle (loading one runs code): refused",
+    ".h5": "legacy Keras HDF5 files can carry marshalled Python code and are not loaded: save the model as "
+           "a Keras 3 .keras file (model.save('model.keras')) or export a SavedModel",
+    ".hdf5": "legacy Keras HDF5 files are not loaded: save the model as a .keras file",
+    ".pb": "a lone .pb file: give the SavedModel folder (with saved_model.pb and variables/)",
+}
+
+
+def detect(path: str | os.PathLike) -> str:
+    """The source kind of ``path`` (BadModel for a refused or missing file). Anything unrecognised is
+    handed to the ONNX loader, whose messages say what is wrong with it."""
+    p = Path(path)
+    if not p.exists():
+        raise BadModel(f"model file not found: {p}")
+    if p.is_dir():
+        if (p / "saved_model.pb").is_file():
+            return "saved_model"
+        if (p / "model.json").is_file():
+            return "tfjs"
+        raise BadModel(f"{p} is a folder with neither saved_model.pb (a SavedModel) nor model.json (a TF.js "
+                       "graph model); give a model file or one of those folders")
+    suffix = p.suffix.lower()
+    if p.name == "saved_model.pb":
+        return "saved_model"
+    if suffix == ".json":
+        return "tfjs"
+    if suffix in _REFUSED and not (suffix == ".pb" and p.name == "saved_model.pb"):
+        raise BadModel(f"{p.name}: {_REFUSED[suffix]}")
+    kind = {".keras": "keras", ".tflite": "tflite", ".pt2": "torch"}.get(suffix)
+    if kind:
+        return kind
+    _refuse_pickles(p)
+    return "onnx"
+
+
+def _refuse_pickles(p: Path) -> None:
+    """A pickle under another name: a raw pickle stream, or a zip holding one (torch.save, TorchScript)."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        raise BadModel(f"{p.name} is a pickle (loading one runs code): refused. {_PICKLE_TORCH.split(': refused. ')[1]}")
+    if head[:2] == b"PK" and zipfile.is_zipfile(p):
+        with zipfile.ZipFile(p) as z:
+            if any(n.endswith(("data.pkl", "constants.pkl")) for n in z.namelist()):
+                raise BadModel(f"{p.name}: {_PICKLE_TORCH}")
+
+
+def reference(kind: str) -> str:
+    return REFERENCES[kind]
+
+
+def first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600):
+    """The source at ``path`` described (``ModelInfo``), read in a child process: a crafted file that
+    crashes or hangs a framework's loader costs that child, not the run (the answer is a BadModel)."""
+    from portability.core.model import load_model_isolated
+
+    kind = detect(path)
+    if kind == "onnx":
+        return load_model_isolated(path, timeout_s)
+    return _child(kind, Path(path), timeout_s)
+
+
+def _child(kind: str, path: Path, timeout_s: float):
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from portability.core.model import ModelInfo
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1")
+    try:
+        p = subprocess.run([sys.executable, "-m", "portability.sources", kind, str(path)], capture_output=True,
+                           text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired:
+        raise BadModel(f"reading {path} took longer than {timeout_s:g} s: refused") from None
+    if p.returncode < 0:
+        raise BadModel(f"reading {path} crashed its loader ({signal.Signals(-p.returncode).name}): refused")
+    try:
+        answer = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BadModel(f"reading {path} failed: {(p.stderr.strip().splitlines() or ['no answer'])[-1]}") from None
+    if "error" in answer:
+        raise BadModel(answer["error"])
+    return ModelInfo.from_dict(answer)
+
+
+__all__ = ["SOURCES", "REFERENCES", "detect", "reference", "load_source_isolated"]

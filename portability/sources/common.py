@@ -1,0 +1,47 @@
+"""What the source readers share: tensor specs from framework shapes, digests over a folder's files
+(refusing links that leave it), the framework's version."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from portability.core.artifact import sha256_files
+from portability.core.errors import BadModel
+from portability.core.model import TensorSpec
+
+
+def spec(name: str, dtype: str, shape) -> TensorSpec:
+    """A TensorSpec; a dim that is not a positive int is unknown (None)."""
+    dims = tuple(int(d) if isinstance(d, int) and d > 0 else None for d in (shape or ()))
+    return TensorSpec(str(name), str(dtype), dims)
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """Every file under ``folder``, refused when a link resolves outside it."""
+    base = folder.resolve()
+    files = []
+    for p in sorted(folder.rglob("*")):
+        real = p.resolve()
+        if real != base and base not in real.parents:
+            raise BadModel(f"{p} resolves outside the model's folder (symlink?): refused")
+        if p.is_file():
+            files.append(p)
+    return files
+
+
+def digest(files: list[Path]) -> tuple[str, int]:
+    return sha256_files(files), sum(f.stat().st_size for f in files)
+
+
+def version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as v
+
+    try:
+        return f"{dist} {v(dist)}"
+    except PackageNotFoundError:
+        return dist
+
+
+def quiet_tf() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -1,0 +1,96 @@
+"""TensorFlow SavedModel folders, referenced against TensorFlow (``server/tf``) on their
+``serving_default`` signature.
+
+Read only inside the folder: a link leaving it is refused, the variables must be there, and a graph
+whose functions read or write files (``ReadFile``, ``WriteFile``, ``MatchingFiles``...) outside the
+checkpoint restore is refused before TensorFlow loads it. Signature: inputs and outputs by their keys.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from portability.core.errors import BadModel
+from portability.core.model import ModelInfo
+from portability.sources.common import digest, folder_files, quiet_tf, spec, version
+
+FORMAT = "saved_model"
+REFERENCE = "server/tf"
+SIGNATURE = "serving_default"
+#: ops that touch the file system or run Python: a model has no business with them
+_UNSAFE_OPS = {"ReadFile", "WriteFile", "MatchingFiles", "DeleteFile", "PyFunc", "PyFuncStateless", "EagerPyFunc",
+               "ImmutableConst", "DebugIdentityV3", "WriteSummary", "CreateSummaryFileWriter"}
+
+
+def folder_of(path) -> Path:
+    p = Path(path).resolve()
+    return p if p.is_dir() else p.parent
+
+
+def check_folder(folder: Path) -> list[Path]:
+    files = folder_files(folder)
+    if not (folder / "saved_model.pb").is_file():
+        raise BadModel(f"{folder} has no saved_model.pb: not a SavedModel")
+    var = folder / "variables"
+    if var.is_dir() or any(f.name.startswith("variables.") for f in files):
+        if not (var / "variables.index").is_file() or not list(var.glob("variables.data-*")):
+            raise BadModel(f"{folder.name}: the SavedModel's variables are missing or incomplete "
+                           "(variables/variables.index and variables.data-* must be present)")
+    _check_ops(folder / "saved_model.pb")
+    return files
+
+
+def _check_ops(pb: Path) -> None:
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    sm = saved_model_pb2.SavedModel()
+    try:
+        sm.ParseFromString(pb.read_bytes())
+    except Exception:
+        raise BadModel(f"{pb} is not a valid SavedModel protobuf (truncated or corrupt)") from None
+    ops = set()
+    for mg in sm.meta_graphs:
+        ops |= {n.op for n in mg.graph_def.node}
+        for fn in mg.graph_def.library.function:
+            ops |= {n.op for n in fn.node_def}
+    bad = sorted(ops & _UNSAFE_OPS)
+    if bad:
+        raise BadModel(f"{pb.parent.name}: refused: its graph uses {', '.join(bad)} (file system or Python ops)")
+
+
+def open_signature(folder: Path):
+    quiet_tf()
+    import tensorflow as tf
+
+    try:
+        loaded = tf.saved_model.load(str(folder))
+    except Exception as e:
+        raise BadModel(f"{folder.name}: TensorFlow cannot load the SavedModel ({' '.join(str(e).split())[:300]})") from None
+    if SIGNATURE not in loaded.signatures:
+        raise BadModel(f"{folder.name}: the SavedModel has no '{SIGNATURE}' signature (has: {', '.join(loaded.signatures) or 'none'})")
+    return loaded, loaded.signatures[SIGNATURE]
+
+
+def _natural(key: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key)]
+
+
+def signature(fn) -> tuple[list, list]:
+    ins = fn.structured_input_signature[1]
+    outs = fn.structured_outputs
+    inputs = [spec(k, ins[k].dtype.name, ins[k].shape.as_list() if ins[k].shape.rank is not None else ()) for k in ins]
+    outputs = [spec(k, outs[k].dtype.name, outs[k].shape.as_list() if outs[k].shape.rank is not None else ())
+               for k in sorted(outs, key=_natural)]
+    return inputs, outputs
+
+
+def load(path) -> ModelInfo:
+    folder = folder_of(path)
+    files = check_folder(folder)
+    _loaded, fn = open_signature(folder)
+    inputs, outputs = signature(fn)
+    sha, size = digest(files)
+    return ModelInfo(path=folder / "saved_model.pb", sha256=sha, size_bytes=size, opset=None,
+                     producer=f"TensorFlow SavedModel ({SIGNATURE})", inputs=tuple(inputs), outputs=tuple(outputs),
+                     format=FORMAT, framework=version("tensorflow-cpu") if version("tensorflow-cpu") != "tensorflow-cpu"
+                     else version("tensorflow"))
