@@ -100,3 +100,9 @@ def test_foundations_import_nothing_above_them(module):
 def test_no_module_over_the_size_limit():
     big = [(str(p.relative_to(PKG)), n) for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 420]
     assert not big, big
+
+
+def test_no_function_over_the_size_limit():
+    long = [(str(p.relative_to(PKG)), f.name, n) for p in PKG.rglob("*.py") for f in ast.walk(ast.parse(p.read_text()))
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := f.end_lineno - f.lineno + 1) > 65]
+    assert not long, long

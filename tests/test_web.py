@@ -167,6 +167,7 @@ def test_ort_wasm_matches_onnx_runtime(tmp_path):
 @needs_tf
 @pytest.mark.parametrize("target", ["web/tfjs-wasm", "web/litert-js"])
 def test_converted_model_matches_onnx_runtime(tmp_path_factory, target):
+    from portability.engine.plan import plan
     from portability.targets import registry
     from portability.targets.base import load_class
     from mobile_models import convert
@@ -174,7 +175,7 @@ def test_converted_model_matches_onnx_runtime(tmp_path_factory, target):
     cache = tmp_path_factory.getbasetemp() / "web-cache"  # one onnx2tf run for both targets
     model = conv_net(tmp_path_factory.getbasetemp() / "web-conv" / "model.onnx")
     t = registry()[target]
-    art = convert(model, t.converters, cache)
+    art = convert(model, plan("onnx", t).steps, cache)
     x = np.random.default_rng(2).random((1, 1, 28, 28), dtype=np.float32)
     rt = load_class(t.runtime)(t.options)
     out, _ = run(rt, art, {"x": x})
