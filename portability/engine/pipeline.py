@@ -165,10 +165,13 @@ class _Run:
                 limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
             wdir = self.workdir / target.id.replace("/", "__")
             self.gate.admit(target.id)
-            services, lease = self._lease(target)
-            wr = run_worker(self.job(target, services), wdir, limits,
-                            lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)
-            self._release(lease, wr)
+            try:
+                services, lease = self._lease(target)
+                wr = run_worker(self.job(target, services), wdir, limits,
+                                lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)
+                self._release(lease, wr)
+            finally:
+                self.gate.finished(target.id)  # whatever happened, it no longer holds the others' timing
             res = self.evaluate(target, wr, wdir)
         res = replace(res, duration_s=round(time.monotonic() - t0, 3))
         self.progress.target_done(res)
