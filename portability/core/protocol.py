@@ -31,12 +31,14 @@ class Phase(str, Enum):
     #: ready to time; waits for the parent's go (a line on its stdin) so that it times alone
     WAIT = "wait"
     TIME = "time"
+    #: timed: closing the runtime and writing the result (no longer holds the timing slot)
+    CLOSE = "close"
     DONE = "done"
 
     @property
     def running(self) -> bool:
         """Past conversion: the run time limit applies from the first of these (waiting excepted)."""
-        return self in (Phase.LOAD, Phase.INFER, Phase.WAIT, Phase.TIME)
+        return self in (Phase.LOAD, Phase.INFER, Phase.WAIT, Phase.TIME, Phase.CLOSE)
 
     @property
     def label(self) -> str:
@@ -44,7 +46,7 @@ class Phase(str, Enum):
 
 
 _LABELS = {Phase.START: "starting", Phase.CONVERT: "converting", Phase.LOAD: "loading", Phase.INFER: "running",
-           Phase.WAIT: "waiting to time", Phase.TIME: "timing", Phase.DONE: "done"}
+           Phase.WAIT: "waiting to time", Phase.TIME: "timing", Phase.CLOSE: "closing", Phase.DONE: "done"}
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,8 @@ class _Watch:
         self._buf = b""
 
     def _events(self, sel) -> None:
-        for _key, _ in sel.select(timeout=0.2):
+        # waiting for the timing slot: look often, every slot handed late is idle time for the whole check
+        for _key, _ in sel.select(timeout=0.01 if self.wait_started is not None else 0.1):
             chunk = os.read(self.proc.stdout.fileno(), 65536)
             if not chunk:
                 sel.unregister(self.proc.stdout)
@@ -146,6 +147,8 @@ class _Watch:
                     if phase is Phase.WAIT:
                         self.wait_started = time.monotonic()
                         self.gate.ready(self.tid)
+                    elif phase is Phase.CLOSE:
+                        self.gate.finished(self.tid)
                     if self.on_phase:
                         self.on_phase(phase)
 
