@@ -96,6 +96,22 @@ def offline_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run_tool(cmd: list[str], what: str, timeout_s: float | None, cwd=None, **env: str):
+    """Run a converter's command line offline (``offline_env``), in ``cwd`` or a scratch folder, its output
+    captured as text; a run past ``timeout_s`` is a ConvertError naming ``what``."""
+    import subprocess
+    import tempfile
+
+    from portability.core.errors import ConvertError
+
+    with tempfile.TemporaryDirectory(prefix="portability-tool-") as scratch:
+        try:
+            return subprocess.run(cmd, cwd=cwd or scratch, env=offline_env(**env), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ConvertError(f"{what} did not finish within {timeout_s:.0f} s") from None
+
+
 def package_version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from portability.converters.onnx_snapshot import SNAPSHOT
-from portability.converters.base import ConvertContext, Converter, offline_env, package_version, require
+from portability.converters.base import ConvertContext, Converter, package_version, require, run_tool
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_tflite
 from portability.core.artifact import Artifact
@@ -97,15 +96,11 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
         work = Path(scratch)
         shutil.copyfile(onnx_path, work / "model.onnx")  # onnx2tf rewrites its input in place
         np.save(work / SAMPLE_FILE, np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32))
-        env = offline_env(TF_CPP_MIN_LOG_LEVEL="2")
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), "-osd",
                *onnx2tf_args(input_shapes)]
-        try:
-            p = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, errors="replace", timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise ConvertError(f"onnx2tf did not finish within {timeout_s:.0f} s") from None
+        # this environment's bin folder first: onnx2tf runs onnxsim through PATH
+        p = run_tool(cmd, "onnx2tf", timeout_s, cwd=work, TF_CPP_MIN_LOG_LEVEL="2",
+                     PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         tflite = work / "out" / "model_float32.tflite"
         if p.returncode != 0 or not tflite.is_file():
             lines = meaningful_lines(p.stdout)

@@ -31,30 +31,29 @@ def _sig(ctx: ConvertContext) -> dict:
     return ctx.signature
 
 
-class KerasFromKeras(Converter):
+class _FileSnapshot(Converter):
+    """A one-file source (``.keras``, ``.pt2``) copied as it is, with the source's signature."""
+
+    snapshot = True
+    file_name = ""
+
+    def version(self) -> str:
+        return "1"
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        out = out_dir / self.file_name
+        shutil.copyfile(src.path, out)
+        return Artifact(path=out, format=self.output_format, sha256="", meta={"onnx_signature": _sig(ctx)})
+
+
+class KerasFromKeras(_FileSnapshot):
     input_format = output_format = "keras"
-    snapshot = True
-
-    def version(self) -> str:
-        return "1"
-
-    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        out = out_dir / "model.keras"
-        shutil.copyfile(src.path, out)
-        return Artifact(path=out, format="keras", sha256="", meta={"onnx_signature": _sig(ctx)})
+    file_name = "model.keras"
 
 
-class TorchFromTorch(Converter):
+class TorchFromTorch(_FileSnapshot):
     input_format = output_format = "torch"
-    snapshot = True
-
-    def version(self) -> str:
-        return "1"
-
-    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        out = out_dir / "model.pt2"
-        shutil.copyfile(src.path, out)
-        return Artifact(path=out, format="torch", sha256="", meta={"onnx_signature": _sig(ctx)})
+    file_name = "model.pt2"
 
 
 class SavedModelFromSavedModel(Converter):

@@ -6,13 +6,11 @@ graph's inputs and outputs are then given the source's names. The layout stays t
 Options: ``opset`` (default 17)."""
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from portability.converters.base import ConvertContext, Converter, offline_env, package_version, require
+from portability.converters.base import ConvertContext, Converter, package_version, run_tool, require
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
 
@@ -41,13 +39,7 @@ class OnnxFromSavedModel(Converter):
         opset = int(options.get("opset", OPSET))
         cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(src.folder), "--output", str(out),
                "--opset", str(opset), "--signature_def", "serving_default", "--tag", "serve"]
-        with tempfile.TemporaryDirectory(prefix="portability-tf2onnx-") as scratch:
-            try:
-                p = subprocess.run(cmd, cwd=scratch, env=offline_env(TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1"),
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                   timeout=ctx.timeout_s)
-            except subprocess.TimeoutExpired:
-                raise ConvertError(f"tf2onnx did not finish within {ctx.timeout_s:.0f} s") from None
+        p = run_tool(cmd, "tf2onnx", ctx.timeout_s, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
         if p.returncode != 0 or not out.is_file():
             raise ConvertError(f"tf2onnx failed (exit {p.returncode}): {_failure(p.stdout)}")
         renamed = rename_io(out, ctx.signature or read_signature(out))

@@ -14,13 +14,11 @@ Options: ``quantize``: ``None`` (float32 weights) | ``float16`` | ``uint8`` | ``
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from portability.converters.base import ConvertContext, Converter, offline_env, package_version, require
+from portability.converters.base import ConvertContext, Converter, package_version, run_tool, require
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
 
@@ -112,13 +110,7 @@ class TfjsFromSavedModel(Converter):
         cmd = [sys.executable, "-c", _BOOT, "--input_format=tf_saved_model", "--output_format=tfjs_graph_model",
                "--signature_name=serving_default", "--saved_model_tags=serve", "--use_structured_outputs_names=true",
                *QUANTIZE[quantize], str(src.folder), str(out_dir)]
-        env = offline_env(TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
-        with tempfile.TemporaryDirectory(prefix="portability-tfjs-") as scratch:
-            try:
-                p = subprocess.run(cmd, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, errors="replace", timeout=ctx.timeout_s)
-            except subprocess.TimeoutExpired:
-                raise ConvertError(f"tensorflowjs converter did not finish within {ctx.timeout_s:.0f} s") from None
+        p = run_tool(cmd, "tensorflowjs converter", ctx.timeout_s, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
         model = out_dir / "model.json"
         if p.returncode != 0 or not model.is_file():
             lines = _failure_lines(p.stdout)
