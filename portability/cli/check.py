@@ -8,7 +8,8 @@ import typer
 
 from portability.cli.options import (CacheDirOpt, ConfigOpt, ConvertTimeoutOpt, CosineOpt, DatasetOpt, GateOpt, HtmlOpt,
                                      InputRangeOpt, InputsOpt, JobsOpt, JsonOpt, JunitOpt, MarkdownOpt, MaxAbsOpt,
-                                     MaxAccuracyDropOpt, MemoryOpt, MinTop1Opt, NoCacheOpt, ProfileOpt, QuietOpt, RunsOpt,
+                                     MaxAccuracyDropOpt, MemoryOpt, MinTop1Opt, NoCacheOpt, ProfileOpt, QuietOpt, RobustnessOpt,
+                                     RobustnessSamplesOpt, RunsOpt,
                                      SamplesOpt, SeedOpt, ShapeOpt, TargetsOpt, TimeBudgetOpt, TimeoutOpt, ViaOpt, WarmupOpt)
 
 
@@ -71,6 +72,8 @@ def check(
     cosine: CosineOpt = None,
     min_top1: MinTop1Opt = None,
     max_accuracy_drop: MaxAccuracyDropOpt = None,
+    robustness: RobustnessOpt = None,
+    robustness_samples: RobustnessSamplesOpt = None,
     gate: GateOpt = None,
     no_cache: NoCacheOpt = False,
     cache_dir: CacheDirOpt = None,

@@ -41,3 +41,5 @@ ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Settings fi
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Apply the settings of [tool.portability.profiles.NAME] over the base settings.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the table (and errors).")]
 ViaOpt = Annotated[Optional[str], typer.Option("--via", help="Route every target's conversion through this format (onnx, saved_model...) or converter (OnnxFromTorchScript): compare with the native routes of a run without it.")]
+RobustnessOpt = Annotated[Optional[bool], typer.Option("--robustness/--no-robustness", help="Also run seeded perturbed inputs (noise, brightness/contrast, id substitutions) and, for a .pt2/.keras source, FGSM/PGD examples on every target: accuracy and flip rate against the reference per level.", show_default=False)]
+RobustnessSamplesOpt = Annotated[Optional[int], typer.Option("--robustness-samples", min=1, help=f"How many of the first input rows the robustness pass perturbs (default {D['robustness_samples']}).")]

@@ -75,6 +75,10 @@ class Job:
     #: where the worker writes its result and outputs (set by the runner)
     result: str = ""
     outputs: str = ""
+    #: more batches (the robustness pass: ``core.perturb``) run after the clean ones in the same call;
+    #: neither converters nor timing see them, and their outputs go to ``extra_outputs``
+    extra_feeds: str = ""
+    extra_outputs: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -94,7 +98,8 @@ class Job:
 
     def at(self, workdir: Path) -> "Job":
         """This job with its result and outputs files in ``workdir``."""
-        return replace(self, result=str(workdir / "result.json"), outputs=str(workdir / "outputs.npz"))
+        return replace(self, result=str(workdir / "result.json"), outputs=str(workdir / "outputs.npz"),
+                       extra_outputs=str(workdir / "extra_outputs.npz") if self.extra_feeds else "")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,10 @@ class CheckOptions:
     jobs: int = field(default_factory=lambda: default_jobs())
     #: a format (``onnx``) or converter (``OnnxFromTorchScript``) every planned chain must pass through
     via: str | None = None
+    #: the robustness pass: perturbed (and, for a differentiable source, adversarial) inputs on every target
+    robustness: bool = False
+    #: the first rows of the inputs it perturbs
+    robustness_samples: int = 64
 
 
 def default_jobs() -> int:
@@ -67,7 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "input_range": _D.value_range, "warmup": _D.warmup, "runs": _D.runs, "time_budget": _D.time_budget_s,
     "timeout": _L.run_timeout_s, "convert_timeout": _L.convert_timeout_s, "memory_limit_mb": None,
     "thresholds": {}, "gate": [], "use_cache": _D.use_cache, "cache_dir": None, "jobs": _D.jobs,
-    "via": None,
+    "via": None, "robustness": _D.robustness, "robustness_samples": _D.robustness_samples,
 }
 #: flag names that set a threshold, and the threshold they set
 THRESHOLD_FLAGS = {"max_abs": "max_abs", "cosine": "cosine", "min_top1": "top1_agreement", "max_accuracy_drop": "accuracy_drop"}
@@ -146,7 +150,18 @@ def resolve(*layers: dict[str, Any]) -> CheckOptions:
         time_budget_s=float(s["time_budget"]), limits=limits, thresholds=glob, target_thresholds=per,
         gate=_gate(s["gate"]), timeout_explicit=any(layer.get("timeout") is not None for layer in layers),
         use_cache=bool(s["use_cache"]), cache_dir=path(s["cache_dir"]), jobs=int(s["jobs"]),
-        via=str(s["via"]) if s["via"] else None)
+        via=str(s["via"]) if s["via"] else None, robustness=bool(s["robustness"]),
+        robustness_samples=_positive(s["robustness_samples"], "--robustness-samples"))
+
+
+def _positive(v: Any, flag: str) -> int:
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        raise UsageError(f"{flag} must be a whole number, got {v!r}") from None
+    if n < 1:
+        raise UsageError(f"{flag} must be at least 1, got {n}")
+    return n
 
 
 def _shapes(v: Any) -> list[str]:

@@ -91,8 +91,12 @@ def environment() -> dict:
 class _Run:
     """One check in progress: holds the reference's outputs and turns worker results into TargetResults."""
 
-    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress):
+    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress,
+                 robustness=None):
         self.model, self.feeds, self.opts, self.workdir, self.progress = model, feeds, opts, workdir, progress
+        #: the robustness pass (``engine.robust.Robustness``), with ``--robustness``
+        self.robustness = robustness
+        self.ref_perturbed: dict[str, np.ndarray] = {}
         self.in_names = tuple(i.name for i in model.inputs)
         self.out_names = tuple(o.name for o in model.outputs)
         #: the static shape of every input with a dynamic dimension, as the feeds have it: what converters get
@@ -144,7 +148,8 @@ class _Run:
                    feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
                    output_names=self.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
-                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes)
+                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes,
+                   extra_feeds=str(self.robustness.file) if self.robustness and self.robustness.set.groups else "")
 
     def thresholds_for(self, target: Target) -> dict:
         return thresholds.merged(target.thresholds, self.opts.thresholds, self.opts.target_thresholds.get(target.id))
@@ -202,9 +207,13 @@ class _Run:
         outs = load_outputs(wdir / "outputs.npz", self.out_names) if wr.ok else {}
         if is_ref and wr.ok:
             self.score_name = acc.score_output(outs)
+        rob = self.robustness
+        extra = load_outputs(wdir / "extra_outputs.npz", self.out_names) if wr.ok and rob else {}
         ev = Evaluation(worker=wr, outputs=outs, reference=None if is_ref else self.ref_outputs,
                         output_names=self.out_names, labels=self.feeds.labels, score_name=self.score_name,
-                        reference_metrics=self.ref_metrics)
+                        reference_metrics=self.ref_metrics, perturbed=rob.set if rob else None, perturbed_outputs=extra,
+                        reference_perturbed=None if is_ref else self.ref_perturbed,
+                        adversarial=rob.adversarial if rob else None)
         if wr.ok:
             self.outputs[target.id] = outs
             m, problems = metrics.evaluate(ev)
@@ -213,7 +222,7 @@ class _Run:
             m, found = dict(metrics.empty(), latency_ms=summarize(wr.latency), peak_rss_mb=wr.peak_rss_mb), None
         v = verdict.decide(target, self.opts.gate, wr, found)
         if is_ref and wr.ok:
-            self.ref_outputs, self.ref_metrics = outs, m
+            self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
                             runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
                             artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + self._timing_note(m),
@@ -258,9 +267,14 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via)
     verdict.check_gate_rules(targets, opts.gate)
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
-    run = None
+    run = rob = None
     try:
-        run = _Run(model, feeds, opts, workdir, progress)
+        rob = None
+        if opts.robustness:
+            from portability.engine import robust
+
+            rob = robust.prepare(model, feeds, opts, workdir)
+        run = _Run(model, feeds, opts, workdir, progress, rob)
         run.reference, run.no_route, run.plans = targets[0].id, no_route, plans
         ref = run.run(targets[0])
         results = [ref]
@@ -292,7 +306,8 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         model=model.to_dict(),
         inputs={"source": feeds.source, "samples": feeds.samples, "batches": feeds.batches, "seed": feeds.seed,
                 "path": str(opts.dataset or opts.inputs) if (opts.dataset or opts.inputs) else None,
-                "shapes": {k: list(v.shape[1:]) for k, v in feeds.arrays.items()}},
+                "shapes": {k: list(v.shape[1:]) for k, v in feeds.arrays.items()},
+                **({"robustness": rob.describe()} if rob is not None else {})},
         reference=targets[0].id,
         targets=tuple(results),
         passed=passed,

@@ -4,12 +4,12 @@ thresholds and the reasons a target drifted are all derived from it. Adding a me
 one line here."""
 from __future__ import annotations
 
-from portability.metrics import accuracy, drift, latency, memory
+from portability.metrics import accuracy, drift, latency, memory, robustness
 
-METRICS = (drift, accuracy, latency, memory)
+METRICS = (drift, accuracy, latency, memory, robustness)
 
 #: report fields that belong to the schema but that no metric fills yet
-RESERVED = {"robustness": None}
+RESERVED: dict = {}
 
 
 def empty() -> dict:

@@ -7,6 +7,7 @@ Every metric module has ``FIELDS`` (the report metrics it owns, with their empty
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,12 @@ class Evaluation:
     score_name: str | None = None
     #: the reference's own metrics (accuracy, latency), once it ran
     reference_metrics: dict = field(default_factory=dict)
+    #: the robustness pass (``--robustness``): the perturbed set (``core.perturb.PerturbedSet``, arrays
+    #: aside), this target's and the reference's outputs on it, and what the adversarial part could do
+    perturbed: Any = None
+    perturbed_outputs: dict[str, np.ndarray] | None = None
+    reference_perturbed: dict[str, np.ndarray] | None = None
+    adversarial: dict | None = None
 
     @property
     def is_reference(self) -> bool:

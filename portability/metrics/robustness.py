@@ -1,0 +1,113 @@
+"""Robustness (``--robustness``): how a target's predictions hold up on perturbed and adversarial inputs,
+next to the reference's predictions on the very same inputs.
+
+Per perturbation family and level (``core.perturb``): ``accuracy`` (labelled data only), ``flip_rate``
+(the share of perturbed samples whose top-1 class differs from the reference's top-1 on the same
+perturbed input; null for the reference itself) and ``changed`` (the share whose top-1 differs from this
+target's own clean prediction). ``first_disagreement``: per family, the smallest level with a flip rate
+above zero. Adversarial examples (FGSM, PGD, crafted on the source model: ``engine.adversarial``) give
+per ε the ``success_rate`` (see ``adversarial.success``) and its difference from the reference's.
+
+Reported, never gating: no default threshold.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from portability.metrics.drift import top1
+
+FIELDS = {"robustness": None}
+THRESHOLDS: dict[str, float | None] = {}
+ADVERSARIAL = ("fgsm", "pgd")
+
+
+def compute(ev) -> tuple[dict, list[str]]:
+    ps = ev.perturbed
+    if ps is None:
+        return {}, []
+    return {"robustness": summarize(ev)}, []
+
+
+def breaches(metrics: dict, t: dict) -> list[str]:
+    return []
+
+
+def _unavailable(reason: str) -> dict:
+    return {"available": False, "reason": reason}
+
+
+def _preds(arr, groups: int) -> np.ndarray | None:
+    """Top-1 per sample, ``[groups, samples]``; None when the output holds no class scores."""
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind != "f" or arr.ndim < 2 or arr.shape[-1] < 2:
+        return None
+    p = top1(arr)
+    return p.reshape(groups, -1) if p.size % max(groups, 1) == 0 else None
+
+
+def _rate(mask: np.ndarray) -> float:
+    return round(float(np.mean(mask)), 6)
+
+
+def summarize(ev) -> dict:
+    """The ``robustness`` metrics of one target (see the module docstring)."""
+    ps, name = ev.perturbed, ev.score_name
+    if not ps.groups:
+        return _unavailable("no input can be perturbed (only float and integer-id inputs are)")
+    if name is None:
+        return _unavailable("no output looks like class scores ([batch, classes] floats): there is no prediction to flip")
+    n_groups = len(ps.groups)
+    got = _preds((ev.perturbed_outputs or {}).get(name), n_groups)
+    own_clean = _preds(_first(ev.outputs.get(name), ps.batches), 1)
+    ref_out = ev.reference_perturbed if not ev.is_reference else ev.perturbed_outputs
+    ref = _preds((ref_out or {}).get(name), n_groups)
+    ref_clean = _preds(_first((ev.reference or ev.outputs).get(name), ps.batches), 1)
+    if got is None or own_clean is None or ref is None or ref_clean is None or got.shape != ref.shape \
+            or got.shape[1] != own_clean.shape[1]:
+        return _unavailable(f"output '{name}' gave no class scores of the expected shape on the perturbed inputs")
+    y = None if ps.labels is None else np.asarray(ps.labels).reshape(-1)
+    if y is not None and y.size != got.shape[1]:
+        y = None
+    is_ref = ev.is_reference
+    out: dict = {"available": True, "samples": int(got.shape[1]), "score_output": name,
+                 "clean": {"accuracy": _rate(own_clean[0] == y) if y is not None else None,
+                           "flip_rate": None if is_ref else _rate(own_clean[0] != ref_clean[0])}}
+    fams: dict[str, list[dict]] = {}
+    attacks: dict[str, list[dict]] = {}
+    truth = y if y is not None else ref_clean[0]
+    for i, g in enumerate(ps.groups):
+        row = {"level": g.level, "accuracy": _rate(got[i] == y) if y is not None else None,
+               "flip_rate": None if is_ref else _rate(got[i] != ref[i]), "changed": _rate(got[i] != own_clean[0])}
+        if g.family in ADVERSARIAL:
+            sr, ref_sr = _rate(got[i] != truth), _rate(ref[i] != truth)
+            attacks.setdefault(g.family, []).append(
+                {"epsilon": g.level, "success_rate": sr, "reference_success_rate": ref_sr,
+                 "success_rate_delta": round(sr - ref_sr, 6), "accuracy": row["accuracy"], "flip_rate": row["flip_rate"]})
+        else:
+            fams.setdefault(g.family, []).append(row)
+    out["perturbations"] = fams
+    flips = [r["flip_rate"] for rs in fams.values() for r in rs if r["flip_rate"] is not None]
+    out["worst_flip_rate"] = max(flips) if flips else None
+    out["first_disagreement"] = None if is_ref else {
+        f: next((r["level"] for r in sorted(rs, key=lambda r: r["level"]) if r["flip_rate"]), None) for f, rs in fams.items()}
+    adv = dict(ev.adversarial or _unavailable("not crafted"))
+    if adv.get("available"):
+        adv["success"] = ("the prediction differs from the true label" if y is not None else
+                          "the prediction differs from the reference's prediction on the clean input (no labels)")
+        adv["attacks"] = attacks
+    out["adversarial"] = adv
+    return out
+
+
+def _first(arr, batches: int):
+    return arr[:batches] if isinstance(arr, np.ndarray) else None
+
+
+def worst_flip(metrics: dict) -> float | None:
+    """The largest flip rate over every perturbation and attack (the terminal table's column)."""
+    r = metrics.get("robustness") or {}
+    if not r.get("available"):
+        return None
+    flips = [r.get("worst_flip_rate")] + [a.get("flip_rate") for rs in ((r.get("adversarial") or {}).get("attacks") or {}).values()
+                                          for a in rs]
+    flips = [f for f in flips if f is not None]
+    return max(flips) if flips else None
