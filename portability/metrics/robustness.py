@@ -103,11 +103,47 @@ def _first(arr, batches: int):
 
 
 def worst_flip(metrics: dict) -> float | None:
-    """The largest flip rate over every perturbation and attack (the terminal table's column)."""
+    """The largest flip rate over the random perturbations (the terminal table's column); attacks apart."""
+    r = metrics.get("robustness") or {}
+    return r.get("worst_flip_rate") if r.get("available") else None
+
+
+def curves(metrics: dict) -> dict[str, list[dict]]:
+    """Per family (perturbations, then attacks): rows of ``level``, ``accuracy``, ``flip_rate`` — what
+    the plots and tables draw. Empty when the target has no robustness."""
     r = metrics.get("robustness") or {}
     if not r.get("available"):
+        return {}
+    out = {f: list(rows) for f, rows in (r.get("perturbations") or {}).items()}
+    for attack, rows in ((r.get("adversarial") or {}).get("attacks") or {}).items():
+        out[attack] = [{"level": a["epsilon"], "accuracy": a["accuracy"], "flip_rate": a["flip_rate"],
+                        "success_rate": a["success_rate"]} for a in rows]
+    return out
+
+
+#: the columns of the robustness summary tables (Markdown, HTML)
+SUMMARY_HEAD = ["target", "samples", "worst flip", "flips from (level)", "FGSM success", "PGD success"]
+
+
+def summary(metrics: dict) -> list[str] | None:
+    """A target's robustness in a few cells (after the target id): samples, worst flip rate over the
+    random perturbations, the smallest level with a flip per family, and each attack's success rate at
+    its largest ε (with its difference from the reference). None without robustness."""
+    r = metrics.get("robustness")
+    if not r:
         return None
-    flips = [r.get("worst_flip_rate")] + [a.get("flip_rate") for rs in ((r.get("adversarial") or {}).get("attacks") or {}).values()
-                                          for a in rs]
-    flips = [f for f in flips if f is not None]
-    return max(flips) if flips else None
+    if not r.get("available"):
+        return ["–", "not available: " + str(r.get("reason")), "", "", ""]
+    first = r.get("first_disagreement") or {}
+    flips = ", ".join(f"{f} {lv:g}" for f, lv in first.items() if lv is not None) or ("none" if first else "–")
+    attacks = (r.get("adversarial") or {}).get("attacks") or {}
+
+    def attack(name: str) -> str:
+        rows = attacks.get(name)
+        if not rows:
+            return "–"
+        a = max(rows, key=lambda x: x["epsilon"])
+        return f"{a['success_rate']:.3f} ({a['success_rate_delta']:+.3f}) at ε {a['epsilon']:g}"
+
+    worst = r.get("worst_flip_rate")
+    return [str(r.get("samples")), "–" if worst is None else f"{worst:.3f}", flips, attack("fgsm"), attack("pgd")]

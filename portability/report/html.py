@@ -183,6 +183,24 @@ def _environment(report: Report) -> str:
             f" · {_e(env.get('cores', '?'))} cores<br>{pk}</p>")
 
 
+def _robustness(report: Report) -> str:
+    """The robustness summary per target (``--robustness``), and what was perturbed; empty without it."""
+    from portability.metrics.robustness import SUMMARY_HEAD, summary
+
+    rows = [[_e(t.id)] + [_e(c) for c in cells] for t in report.targets if (cells := summary(t.metrics or {}))]
+    if not rows:
+        return ""
+    desc = (report.inputs or {}).get("robustness") or {}
+    fams = "; ".join(f"{_e(f)} {_e(', '.join(f'{v:g}' for v in lv))}" for f, lv in (desc.get("families") or {}).items())
+    adv = desc.get("adversarial") or {}
+    adv_s = (f"adversarial: FGSM and PGD crafted on {_e(adv.get('crafted_on'))}; success rate: the share of samples "
+             f"whose prediction differs from the {_e(adv.get('labels'))}" if adv.get("available")
+             else f"adversarial: not available ({_e(adv.get('reason'))})")
+    return (f"<p class=meta>{_e(desc.get('samples'))} samples, seed {_e(desc.get('seed'))}; levels: {fams}. "
+            f"Flip rate: the share of perturbed samples whose top-1 class differs from the reference's on the same "
+            f"input. {adv_s}</p>" + _table(SUMMARY_HEAD, rows))
+
+
 def _plots(report: Report) -> str:
     from portability.report.plots import all_plots
 
@@ -206,6 +224,8 @@ def render(report: Report, diff: Diff | None = None) -> str:
     sections = [("At a glance", _glance(report)), ("Plots", _plots(report)), ("Targets", _targets(report))]
     if diff is not None:
         sections.append(("Changes since the baseline", _diff(diff)))
+    robust = _robustness(report)
+    sections += [("Robustness", robust)] if robust else []
     sections += [("Drift per output", _outputs(report)), ("Size per format and variant", _sizes(report)),
                  ("Latency", _latency(report)), ("Conversions", _conversions(report)),
                  ("Errors, breaches and notes", _problems(report)), ("Environment", _environment(report))]

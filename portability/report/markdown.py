@@ -42,6 +42,17 @@ def _row(t: TargetResult) -> str:
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
+def _robustness(report: Report) -> list[str]:
+    from portability.metrics.robustness import SUMMARY_HEAD, summary
+
+    rows = [(t.id, summary(t.metrics or {})) for t in report.targets]
+    rows = [(tid, cells) for tid, cells in rows if cells]
+    if not rows:
+        return []
+    return (["", "### Robustness", "", "| " + " | ".join(SUMMARY_HEAD) + " |", "|---|--:|--:|---|--:|--:|"]
+            + ["| " + " | ".join(_cell(c) for c in [f"`{tid}`"] + cells) + " |" for tid, cells in rows])
+
+
 def _what_failed(t: TargetResult) -> str:
     parts = list(t.breaches) or ([t.error] if t.error else [t.status])
     if t.op:
@@ -84,6 +95,7 @@ def render(report: Report, diff: Diff | None = None) -> str:
     lines += ["| target | status | max \\|Δ\\| | cosine | top-1 | accuracy | size | p50 ms | × ref |",
               "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     lines += [_row(t) for t in report.targets]
+    lines += _robustness(report)
     notes = list(report.notes) + [f"`{t.id}`: {explain(t)}" for t in report.targets
                                   if t.status == "skipped" and explain(t)]
     if notes:

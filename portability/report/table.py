@@ -52,9 +52,12 @@ def explain(t: TargetResult) -> str:
 
 def render(report: Report) -> Table:
     table = Table(title=f"{report.model['path']}  (reference: {report.reference})", title_justify="left", expand=False)
+    from portability.metrics.robustness import worst_flip
+
+    robust = any((t.metrics or {}).get("robustness") for t in report.targets)
     for col, just in (("target", "left"), ("status", "left"), ("max |Δ|", "right"), ("cosine", "right"),
                       ("top-1", "right"), ("accuracy", "right"), ("size", "right"), ("p50 ms", "right"),
-                      ("× ref", "right")):
+                      ("× ref", "right")) + ((("worst flip", "right"),) if robust else ()):
         table.add_column(col, justify=just, no_wrap=True)
     for t in report.targets:
         m = t.metrics or {}
@@ -67,6 +70,7 @@ def render(report: Report) -> Table:
             t.id, Text(status, style=STYLE.get(t.status, "")), _num(max_abs), _num(cos, ".6f"),
             _num(m.get("top1_agreement"), ".4f"), acc_s, _size((t.artifact or {}).get("size_bytes")),
             _num(lat.get("p50"), ".3f") + (" emu" if lat.get("emulated") else ""), _num(m.get("p50_vs_reference"), ".2f"),
+            *((_num(worst_flip(m), ".3f"),) if robust else ()),
         )
     return table
 
