@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_check(model: str, dataset: str, targets: str, extra: list[str], env: dict) -> tuple[float, dict]:
+def run_check(model: str, dataset: str, targets: str, extra: list[str], env: dict, clean: int) -> tuple[float, dict]:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
-        cmd = [sys.executable, "-m", "portability", "check", model, "--dataset", dataset, "--samples", "16",
+        cmd = [sys.executable, "-m", "portability", "check", model, "--dataset", dataset, "--samples", str(clean),
                "--targets", targets, "--json", str(out), "-q", "--no-history", *extra]
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -48,14 +48,15 @@ def main() -> None:
     args = ap.parse_args()
     cache = Path(tempfile.mkdtemp(prefix="bench-rob-cache-"))
     env = dict(os.environ, PORTABILITY_CACHE_DIR=str(cache), PORTABILITY_DATA_DIR=str(cache / "data"))
-    run_check(args.model, args.dataset, args.targets, [], env)  # warm the cache: conversions are not measured
     counts = [int(s) for s in args.samples.split(",")]
+    clean = max(counts)  # the clean pass is the same in every row: the robustness pass takes its first rows
+    run_check(args.model, args.dataset, args.targets, [], env, clean)  # warm the cache: conversions are not measured
     rows = []
-    base = statistics.median(run_check(args.model, args.dataset, args.targets, [], env)[0] for _ in range(args.rounds))
+    base = statistics.median(run_check(args.model, args.dataset, args.targets, [], env, clean)[0] for _ in range(args.rounds))
     for n in counts:
         times, report = [], None
         for _ in range(args.rounds):
-            dt, report = run_check(args.model, args.dataset, args.targets, ["--robustness", "--robustness-samples", str(n)], env)
+            dt, report = run_check(args.model, args.dataset, args.targets, ["--robustness", "--robustness-samples", str(n)], env, clean)
             times.append(dt)
         desc = report["inputs"]["robustness"]
         groups = sum(len(v) for v in desc["families"].values())
@@ -63,7 +64,7 @@ def main() -> None:
         flips = {t["id"]: ((t["metrics"].get("robustness") or {}).get("worst_flip_rate")) for t in report["targets"]}
         rows.append((n, desc["samples"], groups, statistics.median(times), infer, flips))
     tids = [t["id"] for t in report["targets"]]
-    print(f"model {Path(args.model).name}, targets {args.targets}; plain check (16 clean samples): {base:.2f} s")
+    print(f"model {Path(args.model).name}, targets {args.targets}; plain check ({clean} clean samples): {base:.2f} s")
     print(f"{'samples':>7} {'perturbed/target':>16} {'wall s':>7} {'extra s':>7}  " + "  ".join(f"{t.split('/')[-1] + ' infer s':>18}" for t in tids))
     for n, s, g, wall, infer, _ in rows:
         cells = "  ".join(f"{infer[t]:>18.2f}" if infer[t] is not None else f"{'–':>18}" for t in tids)
