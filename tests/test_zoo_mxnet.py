@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,7 @@ def test_models_package_never_imports_mxnet():
     """``import models`` and the framework-free modules stay importable in the main environment."""
     code = ("import sys, models, models.spec, models.common, models.data, models.mxnet\n"
             "assert 'mxnet' not in sys.modules, 'mxnet imported'\n")
-    subprocess.run([os.sys.executable, "-c", code], cwd=ROOT, check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 def _dataset(name: str, cache: Path) -> Path:
@@ -107,7 +108,7 @@ def trained(tmp_path_factory, datasets):
 @pytest.mark.parametrize("arch", sorted(spec.ARCHS))
 def test_train_one_step_and_export(trained, arch):
     out, meta = trained(arch)
-    a, task = spec.ARCHS[arch], spec.ARCHS[arch]["task"]
+    task = spec.ARCHS[arch]["task"]
     assert meta["framework"] == "mxnet" and meta["version"] == "1.9.1" and meta["arch"] == arch
     assert meta["profile"] == "step" and meta["train_samples"] == 64 and meta["eval_samples"] == 32
     assert len(meta["history"]) == 1 and np.isfinite(meta["history"][0]["loss"])
