@@ -12,10 +12,22 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
 
+def _mxnet_venv() -> str:
+    from portability import mxnet_env
+
+    return str(mxnet_env.venv_dir())
+
+
+#: MXNet's environment as provisioned for the user (found before the cache is made private below)
+MXNET_VENV = _mxnet_venv()
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    """Each test session gets its own artifact cache, so tests never depend on the user's."""
+    """Each test session gets its own artifact cache, so tests never depend on the user's (MXNet's
+    provisioned environment excepted: it is a runtime, not a cache entry)."""
     monkeypatch.setenv("PORTABILITY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("PORTABILITY_MXNET_VENV", MXNET_VENV)
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +54,7 @@ def by_id(report: dict) -> dict[str, dict]:
     return {t["id"]: t for t in report["targets"]}
 
 
-RUNTIME_MARKERS = ("web", "mobile", "arm64")
+RUNTIME_MARKERS = ("web", "mobile", "arm64", "mxnet")
 
 
 @pytest.hookimpl(hookwrapper=True)
