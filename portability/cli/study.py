@@ -1,0 +1,107 @@
+"""``portability study``: the founding experiment, reproducible with one command."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from portability.cli.options import CacheDirOpt, JobsOpt, QuietOpt
+
+
+def _split(v: Optional[str]) -> list[str] | None:
+    return [p.strip() for p in v.split(",") if p.strip()] if v else None
+
+
+class _Progress:
+    """Stage lines, training epochs, and each deployed target as it finishes."""
+    def __init__(self, console, quiet: bool):
+        from portability.cli.check import _Progress as CheckProgress
+
+        self.console, self.quiet = console, quiet
+        self.check = CheckProgress(console, quiet)
+        self.status = None
+
+    def stage(self, text: str) -> None:
+        if not self.quiet:
+            self.console.print(f"[bold]{text}[/]", highlight=False)
+
+    def training(self, e: dict) -> None:
+        if self.quiet or e.get("event") != "epoch":
+            return
+        loss = f"loss {e['loss']:.4f}" if isinstance(e.get("loss"), (int, float)) else ""
+        acc = f"eval accuracy {100 * e['eval_accuracy']:.2f} %" if isinstance(e.get("eval_accuracy"), (int, float)) else ""
+        self.console.print(f"  epoch {e.get('epoch')}/{e.get('epochs')}  {loss}  {acc}  {e.get('seconds', 0):.1f} s", highlight=False)
+
+    def check_progress(self):
+        return self.check
+
+    def row_done(self, row: dict) -> None:
+        if self.quiet:
+            return
+        tr = row.get("training") or {}
+        if tr.get("status") != "ok":
+            self.console.print(f"  [yellow]training {tr.get('status')}[/]: {tr.get('error', '')}", highlight=False, soft_wrap=True)
+            return
+        if tr.get("cached"):
+            self.console.print(f"  trained model from the cache ({tr.get('dir')})", highlight=False)
+        exp = row.get("export") or {}
+        if exp.get("status") != "ok":
+            self.console.print(f"  [red]export failed[/]: {exp.get('error', '')}", highlight=False, soft_wrap=True)
+        passed = sum(1 for t in row["targets"] if t["status"] == "pass")
+        self.console.print(f"  {passed}/{len(row['targets'])} targets pass", highlight=False)
+
+
+def study(
+    quick: bool = typer.Option(False, "--quick", help="The quick profile: a small training budget (minutes on 2 cores) and each platform's main targets."),
+    frameworks: Optional[str] = typer.Option(None, "--frameworks", "-f", help="Source frameworks, comma-separated (default: torch,keras,mxnet)."),
+    models: Optional[str] = typer.Option(None, "--models", "-m", help="Architectures: lenet1, lenet5, resnet20, lstm (default: all)."),
+    datasets: Optional[str] = typer.Option(None, "--datasets", "-d", help="Datasets: mnist, fashion, rotten (default: each model's own: LeNets on mnist, resnet20 on fashion, lstm on rotten). Image models take mnist/fashion, lstm takes rotten."),
+    targets: Optional[str] = typer.Option(None, "--targets", "-t", help="Where to deploy: platforms and/or target ids, as for check (default: every target; with --quick each platform's main runtimes)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Training profile by name (quick, full, or step: one optimizer step, for tests); --quick is --profile quick.", hidden=False),
+    json_path: Optional[Path] = typer.Option(Path("study.json"), "--json", help="Write the study's JSON here (every check report plus the study's tables' rows)."),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write the study's tables as Markdown."),
+    robustness: bool = typer.Option(False, "--robustness", help="Measure robustness on every target too (check --robustness)."),
+    retrain: bool = typer.Option(False, "--retrain", help="Train again even when the model is in the cache."),
+    seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
+    cache_dir: CacheDirOpt = None,
+    jobs: JobsOpt = None,
+    quiet: QuietOpt = False,
+) -> int:
+    """Train the same models in PyTorch, Keras and MXNet, deploy each to server, web and mobile targets
+    through check, and compare accuracy, drift, size, latency and failures across frameworks and platforms.
+
+    Trained models are cached (a second run trains nothing). Prints the study's tables; exit 0 when the
+    study ran (failed exports and targets are findings, listed in the tables), 2 on a usage error."""
+    from rich.console import Console
+
+    from portability.cli import outputs
+    from portability.core.errors import UsageError
+    from portability.study import tables
+    from portability.study.run import StudyOptions, run_study, validate
+    from portability.report.files import write_atomic
+
+    if quick and profile and profile != "quick":
+        raise UsageError("give --quick or --profile, not both")
+    o = StudyOptions(frameworks=_split(frameworks), archs=_split(models), datasets=_split(datasets), targets=targets,
+                     profile=profile or ("quick" if quick else "full"), seed=seed,
+                     cache_dir=Path(cache_dir) if cache_dir else None, retrain=retrain, jobs=jobs, robustness=robustness)
+    validate(o)
+    outputs.require_writable(json_path, None, None, markdown_path)
+    err = Console(stderr=True)
+    result = run_study(o, _Progress(err, quiet)).to_dict()
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    tables.render(result, out)
+    if json_path:
+        import json
+
+        write_atomic(json_path, json.dumps(result, indent=1, allow_nan=False, default=str))
+        err.print(f"study: {json_path}")
+    if markdown_path:
+        write_atomic(markdown_path, tables.to_markdown(result))
+        err.print(f"tables: {markdown_path}")
+    s = result["seconds"]
+    err.print(f"study done in {s['total']:.0f} s (training {s['train']:.0f} s, deployment and evaluation {s['check']:.0f} s)")
+    return 0

@@ -1,0 +1,242 @@
+"""The study: plan (framework × architecture × dataset), train (cached), deploy through ``check``, and
+collect one row per model — a model whose training or export failed is still a row, with its status.
+
+The study's JSON (``StudyResult.to_dict``) holds every check report it ran plus its own rows; the tables
+(``portability.study.tables``) are computed from that JSON alone.
+"""
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from portability.core.errors import UsageError
+from portability.study import zoo
+
+STUDY_SCHEMA = 1
+
+#: the targets each profile deploys to when --targets is not given: every platform in full; in quick,
+#: each platform's main runtimes (the reference of each source is added by check itself)
+DEFAULT_TARGETS = {
+    "quick": "server/ort-cpu,server/tf,web/ort-wasm,web/tfjs-wasm,web/litert-js,"
+             "mobile/tflite-fp32,mobile/tflite-int8,mobile/ort-mobile,mobile/arm64-tflite",
+    "full": "server,web,mobile",
+    "step": "server/ort-cpu",
+}
+#: latency sampling per profile (check's --warmup, --runs, --time-budget)
+TIMING = {"quick": (3, 20, 5.0), "full": (10, 50, 20.0), "step": (1, 5, 2.0)}
+
+
+@dataclass
+class StudyOptions:
+    frameworks: list[str] | None = None
+    archs: list[str] | None = None
+    datasets: list[str] | None = None
+    targets: str | None = None
+    profile: str = "quick"
+    seed: int = 0
+    cache_dir: Path | None = None
+    retrain: bool = False
+    jobs: int | None = None
+    robustness: bool = False
+
+
+@dataclass
+class StudyResult:
+    options: dict
+    started_at: str
+    environment: dict
+    datasets: dict
+    rows: list[dict] = field(default_factory=list)
+    seconds: dict = field(default_factory=lambda: {"train": 0.0, "check": 0.0, "data": 0.0, "total": 0.0})
+
+    def to_dict(self) -> dict:
+        return {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
+                "options": self.options, "environment": self.environment, "datasets": self.datasets,
+                "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows": self.rows}
+
+
+class Progress:
+    """What the study tells while it works (the CLI prints it)."""
+    def stage(self, text: str) -> None: ...
+    def training(self, event: dict) -> None: ...
+    def check_progress(self): return None
+    def row_done(self, row: dict) -> None: ...
+
+
+def validate(o: StudyOptions) -> list[tuple[str, str, str]]:
+    """The (framework, arch, dataset) cells the options ask for; UsageError on an unknown name."""
+    s = zoo.spec()
+
+    def names(given, known, what):
+        if not given:
+            return list(known)
+        bad = [g for g in given if g not in known]
+        if bad:
+            raise UsageError(f"unknown {what} '{bad[0]}' (known: {', '.join(known)})")
+        return list(given)
+
+    if o.profile not in s.PROFILES:
+        raise UsageError(f"unknown profile '{o.profile}' (known: {', '.join(s.PROFILES)})")
+    fws = names(o.frameworks, s.FRAMEWORKS, "framework")
+    archs = names(o.archs, list(s.ARCHS), "model")
+    datasets = names(o.datasets, list(s.DATASETS), "dataset") if o.datasets else None
+    cells = [(f, a, d) for a, d in s.pairs(archs, datasets) for f in fws]
+    if not cells:
+        raise UsageError("no model fits those datasets (image models take mnist/fashion, lstm takes rotten)")
+    return cells
+
+
+def _environment() -> dict:
+    from importlib import metadata
+
+    def v(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.platform(),
+            "packages": {p: v(p) for p in ("portability", "torch", "keras", "tensorflow-cpu", "onnx", "onnxruntime",
+                                           "onnx2tf", "tf2onnx", "tensorflowjs", "ai-edge-litert", "playwright")}}
+
+
+def _targets_for(source_format: str, spec: str) -> list[str]:
+    from portability.engine import plan
+
+    return [t.id for t in plan.for_check(source_format, spec)[0]]
+
+
+def _failed_row_targets(source_format: str, spec: str, status: str, why: str) -> list[dict]:
+    """The rows' targets for a model that never reached check: each with the status that stopped it."""
+    return [{"id": tid, "platform": tid.split("/")[0], "status": status, "error": why} for tid in _targets_for(source_format, spec)]
+
+
+def summarize_target(t: dict, baseline: float | None) -> dict:
+    """One target of a check report, as the study's tables read it."""
+    m = t.get("metrics") or {}
+    outs = m.get("outputs") or {}
+    worst = [o.get("max_abs") for o in outs.values() if isinstance(o.get("max_abs"), (int, float))]
+    lat = m.get("latency_ms") if isinstance(m.get("latency_ms"), dict) else {}
+    art = t.get("artifact") or {}
+    acc = m.get("accuracy")
+    convs = (t.get("details") or {}).get("conversions") or []
+    return {
+        "id": t["id"], "platform": t.get("platform"), "status": t["status"], "gating": t.get("gating"),
+        "error": t.get("error"), "op": t.get("op"), "device": t.get("device"),
+        "accuracy": acc, "accuracy_vs_framework": (acc - baseline) if isinstance(acc, (int, float)) and baseline is not None else None,
+        "top1_agreement": m.get("top1_agreement"), "max_abs": max(worst) if worst else None,
+        "format": art.get("format"), "size_bytes": art.get("size_bytes"), "gzip_bytes": art.get("gzip_bytes"),
+        "p50_ms": lat.get("p50"), "p50_vs_reference": m.get("p50_vs_reference"), "emulated": bool(lat.get("emulated")),
+        "chain": [c.get("converter") for c in convs if c.get("converter")],
+        "robustness": m.get("robustness"),
+    }
+
+
+def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
+    from portability import api
+    from portability.engine.cache import default_root
+    from portability.engine.pipeline import check as run_check
+    from portability.sources import load_source_isolated
+
+    progress = progress or Progress()
+    cells = validate(o)
+    s = zoo.spec()
+    root = zoo_root = zoo.zoo_root()
+
+    if str(zoo_root.parent) not in sys.path:
+        sys.path.insert(0, str(zoo_root.parent))
+    from models import data as zoo_data
+
+    cache_root = Path(o.cache_dir) if o.cache_dir else default_root()
+    cache = cache_root / "study"
+    targets = o.targets or DEFAULT_TARGETS[o.profile]
+    warmup, runs, budget = TIMING[o.profile]
+    t_all = time.perf_counter()
+    result = StudyResult(
+        options={"frameworks": sorted({c[0] for c in cells}, key=s.FRAMEWORKS.index), "models": sorted({c[1] for c in cells}),
+                 "datasets": sorted({c[2] for c in cells}), "targets": targets, "profile": o.profile, "seed": o.seed,
+                 "robustness": o.robustness, "zoo": str(root)},
+        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
+
+    data_paths: dict[str, Path | None] = {}
+    for d in sorted({c[2] for c in cells}):
+        t0 = time.perf_counter()
+        progress.stage(f"dataset {d}")
+        try:
+            data_paths[d] = zoo_data.prepare(d, cache / "data")
+            result.datasets[d] = zoo_data.provenance(d, cache / "data")
+        except zoo_data.DataUnavailable as e:
+            data_paths[d] = None
+            result.datasets[d] = {"name": d, "error": str(e)}
+        result.seconds["data"] += time.perf_counter() - t0
+
+    for i, (fw, arch, d) in enumerate(cells, 1):
+        label = f"[{i}/{len(cells)}] {fw} {arch} on {d}"
+        source_format = {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw]
+        row = {"framework": fw, "arch": arch, "dataset": d, "profile": o.profile, "seed": o.seed,
+               "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
+        if data_paths[d] is None:
+            why = result.datasets[d]["error"]
+            row["training"] = {"status": "skipped", "error": why}
+            row["targets"] = _failed_row_targets(source_format, targets, "skipped", why)
+            _done(result, row, progress)
+            continue
+        progress.stage(f"{label}: training")
+        t0 = time.perf_counter()
+        try:
+            trained = zoo.train(fw, arch, d, data_paths[d], o.profile, o.seed, cache, on_event=progress.training,
+                                retrain=o.retrain)
+        except zoo.TrainingFailed as e:
+            status = "skipped" if zoo.python_for(fw)[0] is None else "error"
+            row["training"] = {"status": status, "error": str(e)}
+            row["targets"] = _failed_row_targets(source_format, targets, "skipped", f"{fw} {arch}: training {status}: {e}")
+            result.seconds["train"] += time.perf_counter() - t0
+            _done(result, row, progress)
+            continue
+        result.seconds["train"] += time.perf_counter() - t0
+        meta = trained.meta
+        row.update(
+            framework_version=meta.get("version"), params=meta.get("params"), input=meta.get("input"),
+            training={"status": "ok", "cached": trained.cached, "seconds": meta.get("train_seconds"),
+                      "epochs": len(meta.get("history") or []), "train_samples": meta.get("train_samples"),
+                      "history": meta.get("history"), "dir": str(trained.dir)},
+            baseline={"accuracy": meta.get("accuracy_eval"), "accuracy_test": meta.get("accuracy_test"),
+                      "eval_samples": meta.get("eval_samples"), "test_samples": meta.get("test_samples")},
+            export={k: v for k, v in (meta.get("export") or {}).items() if k != "traceback"})
+        if not trained.exported:
+            why = f"{fw} export failed: {row['export'].get('error') or 'no model file'}"
+            row["targets"] = _failed_row_targets(source_format, targets, "convert-error", why)
+            _done(result, row, progress)
+            continue
+        progress.stage(f"{label}: deploying")
+        t0 = time.perf_counter()
+        try:
+            extra = {"robustness": True} if o.robustness else {}
+            opts = api.options(targets, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget,
+                               seed=o.seed, cache_dir=cache_root, **({"jobs": o.jobs} if o.jobs else {}), **extra)
+            info = load_source_isolated(trained.model)
+            report = run_check(trained.model, opts, progress.check_progress(), model=info).to_dict()
+        except UsageError as e:
+            row["check"] = {"error": str(e)}
+            row["targets"] = _failed_row_targets(source_format, targets, "load-error", f"check refused the model: {e}")
+            result.seconds["check"] += time.perf_counter() - t0
+            _done(result, row, progress)
+            continue
+        result.seconds["check"] += time.perf_counter() - t0
+        row["check"] = report
+        row["reference"] = report["reference"]
+        base = row["baseline"]["accuracy"]
+        row["targets"] = [summarize_target(t, base) for t in report["targets"]]
+        _done(result, row, progress)
+    result.seconds["total"] = time.perf_counter() - t_all
+    return result
+
+
+def _done(result: StudyResult, row: dict, progress: Progress) -> None:
+    result.rows.append(row)
+    progress.row_done(row)

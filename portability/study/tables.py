@@ -1,0 +1,243 @@
+"""The study's views, computed from its JSON alone (``StudyResult.to_dict()``): each view is a
+:class:`View` (title, header, rows, notes) that renders to the terminal (rich) and to Markdown.
+
+1. accuracy per framework, in its own framework (the baseline of each row);
+2. accuracy after deployment per target, and its change against that baseline;
+3. numeric drift (worst absolute difference against the reference);
+4. model size per format and variant;
+5. latency per target (p50), with its ratio to the reference (web/native for web targets);
+6. conversion and run failures per converter and framework, with every distinct reason;
+7. robustness per target (worst flip rate), when the study measured it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+OK = ("pass", "drift")
+
+
+@dataclass
+class View:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _pct(v) -> str:
+    return f"{100 * v:.1f}" if isinstance(v, (int, float)) else "–"
+
+
+def _delta(v) -> str:
+    return f"{100 * v:+.1f}" if isinstance(v, (int, float)) else ""
+
+
+def _short(status: str) -> str:
+    return {"convert-error": "convert✗", "load-error": "load✗", "run-error": "run✗", "crashed": "crash",
+            "timeout": "timeout", "skipped": "skip", "fallback": "fallback"}.get(status, status)
+
+
+def _groups(study: dict) -> dict[tuple[str, str], dict[str, dict]]:
+    """{(arch, dataset): {framework: row}} in the study's order."""
+    out: dict = {}
+    for r in study["rows"]:
+        out.setdefault((r["arch"], r["dataset"]), {})[r["framework"]] = r
+    return out
+
+
+def _frameworks(study: dict) -> list[str]:
+    seen: list[str] = []
+    for r in study["rows"]:
+        if r["framework"] not in seen:
+            seen.append(r["framework"])
+    return seen
+
+
+def _target_ids(rows: dict[str, dict]) -> list[str]:
+    ids: list[str] = []
+    for r in rows.values():
+        for t in r["targets"]:
+            if t["id"] not in ids:
+                ids.append(t["id"])
+    return ids
+
+
+def _cell(row: dict | None, tid: str) -> dict | None:
+    if row is None:
+        return None
+    return next((t for t in row["targets"] if t["id"] == tid), None)
+
+
+def framework_accuracy(study: dict) -> View:
+    fws = _frameworks(study)
+    rows = []
+    for (arch, d), by in _groups(study).items():
+        line = [arch, d]
+        for fw in fws:
+            r = by.get(fw)
+            b = (r or {}).get("baseline") or {}
+            tr = (r or {}).get("training") or {}
+            if tr.get("status") != "ok":
+                line.append(tr.get("status", "–"))
+            else:
+                line.append(f"{_pct(b.get('accuracy'))} ({_pct(b.get('accuracy_test'))})")
+        rows.append(line)
+    return View("Accuracy in its own framework, % (eval samples; whole test split in parentheses)",
+                ["model", "dataset", *fws], rows)
+
+
+def _per_target(study: dict, title: str, fmt) -> list[View]:
+    fws = _frameworks(study)
+    views = []
+    for (arch, d), by in _groups(study).items():
+        rows = []
+        for tid in _target_ids(by):
+            line = [tid]
+            for fw in fws:
+                t = _cell(by.get(fw), tid)
+                line.append("–" if t is None else (fmt(t, by[fw]) if t["status"] in OK else _short(t["status"])))
+            rows.append(line)
+        views.append(View(f"{title}: {arch} on {d}", ["target", *fws], rows))
+    return views
+
+
+def deployed_accuracy(study: dict) -> list[View]:
+    def fmt(t, row):
+        flag = "" if t["status"] == "pass" else " ⚠"
+        if t.get("accuracy") is None:
+            return f"top1 {_pct(t.get('top1_agreement'))}{flag}"
+        return f"{_pct(t['accuracy'])} ({_delta(t.get('accuracy_vs_framework'))}){flag}"
+    views = _per_target(study, "Accuracy after deployment, % (change against the framework's own)", fmt)
+    for v in views:
+        if any("⚠" in c for row in v.rows for c in row):
+            v.notes.append("⚠: the target ran but its outputs or accuracy are outside the check's thresholds (drift)")
+    return views
+
+
+def drift(study: dict) -> list[View]:
+    def fmt(t, row):
+        v = t.get("max_abs")
+        return "–" if v is None else (f"{v:.1e}" if isinstance(v, (int, float)) else str(v))
+    return _per_target(study, "Numeric drift: worst |target − reference| on any output", fmt)
+
+
+def latency(study: dict) -> list[View]:
+    def fmt(t, row):
+        p50, ratio = t.get("p50_ms"), t.get("p50_vs_reference")
+        if not isinstance(p50, (int, float)):
+            return "–"
+        r = f" ×{ratio:.1f}" if isinstance(ratio, (int, float)) else ""
+        emu = " emu" if t.get("emulated") else (" sw" if t.get("device") == "software" else "")
+        return f"{p50:.3g} ms{r}{emu}"
+    views = _per_target(study, "Latency, p50 per inference (× the reference's p50)", fmt)
+    for v in views:
+        if any(c.endswith((" emu", " sw")) for row in v.rows for c in row):
+            v.notes.append("emu: ARM64 under emulation; sw: a software GPU adapter — neither is a device's speed")
+    return views
+
+
+def _variant(tid: str) -> str:
+    name = tid.split("/", 1)[1]
+    for v in ("fp32", "fp16", "dynint8", "int8"):
+        if name.endswith("-" + v):
+            return v
+    return ""
+
+
+def sizes(study: dict) -> list[View]:
+    fws = _frameworks(study)
+    views = []
+    for (arch, d), by in _groups(study).items():
+        table: dict[str, dict[str, str]] = defaultdict(dict)
+        for fw, r in by.items():
+            for t in r["targets"]:
+                if not t.get("format") or not t.get("size_bytes"):
+                    continue
+                label = " ".join(x for x in (t["format"], _variant(t["id"])) if x)
+                gz = f" (gzip {t['gzip_bytes'] / 1024:.0f})" if t.get("gzip_bytes") else ""
+                table[label].setdefault(fw, f"{t['size_bytes'] / 1024:.0f}{gz}")
+        rows = [[label, *[table[label].get(fw, "–") for fw in fws]] for label in table]
+        views.append(View(f"Model size per format and variant, KB: {arch} on {d}", ["format", *fws], rows))
+    return views
+
+
+def _where(t: dict) -> str:
+    """Which converter or runtime a failure belongs to."""
+    if t["status"] == "convert-error":
+        chain = t.get("chain") or []
+        err = t.get("error") or ""
+        if "export failed" in err:
+            return f"{err.split(' export failed')[0]} exporter"
+        return chain[-1] if chain else "converter"
+    return t["id"]
+
+
+def failures(study: dict) -> View:
+    fws = _frameworks(study)
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    reasons: dict[tuple[str, str], set] = defaultdict(set)
+    for r in study["rows"]:
+        for t in r["targets"]:
+            if t["status"] in ("pass", "skipped"):
+                continue
+            w = _where(t)
+            counts[w][r["framework"]] += 1
+            why = t.get("error") or (f"drift" if t["status"] == "drift" else t["status"])
+            reasons[(w, r["framework"])].add(f"{r['arch']}/{r['dataset']}: {t['status']}: {str(why).splitlines()[0][:160]}")
+    rows = [[w, *[str(counts[w].get(fw, 0) or "") for fw in fws]] for w in sorted(counts)]
+    notes = [f"{w} ({fw}) — {why}" for (w, fw), whys in sorted(reasons.items()) for why in sorted(whys)]
+    skipped = sum(1 for r in study["rows"] for t in r["targets"] if t["status"] == "skipped")
+    if skipped:
+        notes.append(f"{skipped} target runs skipped (a runtime or framework not available here: see the JSON)")
+    return View("Failures per converter / runtime and framework (targets that did not pass; drift counts)",
+                ["converter or target", *fws], rows, notes)
+
+
+def robustness(study: dict) -> list[View]:
+    if not any(isinstance(t.get("robustness"), dict) for r in study["rows"] for t in r["targets"]):
+        return []
+
+    def fmt(t, row):
+        rb = t.get("robustness")
+        if not isinstance(rb, dict):
+            return "–"
+        flip = rb.get("worst_flip_rate", rb.get("flip_rate_max"))
+        return f"flip {_pct(flip)}" if isinstance(flip, (int, float)) else "–"
+    return _per_target(study, "Robustness: worst flip rate against the reference under perturbation, %", fmt)
+
+
+def views(study: dict) -> list[View]:
+    return [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
+            *robustness(study), failures(study)]
+
+
+def to_markdown(study: dict) -> str:
+    o = study["options"]
+    lines = [f"# portability study ({o['profile']} profile, seed {o['seed']})", "",
+             f"Frameworks: {', '.join(o['frameworks'])} · models: {', '.join(o['models'])} · datasets: "
+             f"{', '.join(o['datasets'])} · targets: `{o['targets']}` · {study['started_at']}", ""]
+    s = study.get("seconds") or {}
+    if s:
+        lines += [f"Wall time: {s.get('total', 0):.0f} s (training {s.get('train', 0):.0f} s, deployment and evaluation "
+                  f"{s.get('check', 0):.0f} s).", ""]
+    for v in views(study):
+        lines += [f"## {v.title}", "", "| " + " | ".join(v.header) + " |", "|" + "---|" * len(v.header)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in v.rows]
+        lines += [""] + [f"- {n}" for n in v.notes] + ([""] if v.notes else [])
+    return "\n".join(lines) + "\n"
+
+
+def render(study: dict, console) -> None:
+    from rich.table import Table
+
+    for v in views(study):
+        console.print(f"\n[bold]{v.title}[/]", highlight=False, soft_wrap=True)
+        t = Table(show_lines=False)
+        for i, h in enumerate(v.header):
+            t.add_column(h, justify="left" if i == 0 or h in ("dataset",) else "right", no_wrap=i == 0)
+        for row in v.rows:
+            t.add_row(*row)
+        console.print(t)
+        for n in v.notes:
+            console.print(f"  {n}", highlight=False, soft_wrap=True)
