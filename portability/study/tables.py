@@ -200,11 +200,20 @@ def robustness(study: dict) -> list[View]:
 
     def fmt(t, row):
         rb = t.get("robustness")
-        if not isinstance(rb, dict):
+        if not isinstance(rb, dict) or not rb.get("available"):
             return "–"
-        flip = rb.get("worst_flip_rate", rb.get("flip_rate_max"))
-        return f"flip {_pct(flip)}" if isinstance(flip, (int, float)) else "–"
-    return _per_target(study, "Robustness: worst flip rate against the reference under perturbation, %", fmt)
+        parts = [f"flip {_pct(rb.get('worst_flip_rate'))}"] if isinstance(rb.get("worst_flip_rate"), (int, float)) else []
+        for attack, rows in sorted(((rb.get("adversarial") or {}).get("attacks") or {}).items()):
+            if rows:
+                top = max(rows, key=lambda a: a["epsilon"])
+                parts.append(f"{attack} {_pct(top['success_rate'])}")
+        return " · ".join(parts) or "–"
+    views = _per_target(study, "Robustness: worst flip rate against the reference under random perturbations, "
+                               "and attack success at the largest ε, %", fmt)
+    for v in views:
+        v.notes.append("flip: top-1 differs from the reference's on the same perturbed input; fgsm/pgd: crafted on "
+                       "the source model, success = the prediction differs from the true label")
+    return views
 
 
 def views(study: dict) -> list[View]:
