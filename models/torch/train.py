@@ -4,17 +4,24 @@ batch) to ``DIR/model.pt2``. Contract and outputs: ``models.common``; also ``DIR
 eager model's logits on ``eval.npz``'s samples."""
 from __future__ import annotations
 
-import importlib
-import sys
-import time
-import warnings
-from pathlib import Path
+import os
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+# OpenMP workers that spin while they wait make 2 threads several times slower than 1 whenever the
+# 2 cores are shared (measured: ResNet-20 steps 1-2.5 s instead of 0.25 s); passive waiting keeps the
+# idle-machine speed. Read when torch's OpenMP runtime loads: before the import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from models import common, spec
+import importlib  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from models import common, spec  # noqa: E402
 
 FRAMEWORK = "torch"
 EVAL_BATCH = 500
