@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -87,16 +88,26 @@ def image_layout(x: np.ndarray, channels_last: bool) -> np.ndarray:
     return (x[..., None] if channels_last else x[:, None]).astype(np.float32)
 
 
+def learning_rate(base: float, done: int, total: int) -> float:
+    """The spec's schedule: cosine decay from ``base`` to 0 over the run, per optimizer step
+    (``done`` steps taken before this one, of ``total``)."""
+    return base * 0.5 * (1.0 + math.cos(math.pi * done / max(total, 1)))
+
+
 def train_loop(args, data: dict, step, evaluate) -> list[dict]:
-    """The shared epoch loop: ``step(idx) -> loss`` runs one optimizer step on those training samples;
-    ``evaluate() -> eval accuracy``. Returns the history (also emitted as progress)."""
+    """The shared epoch loop: ``step(idx, lr) -> loss`` runs one optimizer step on those training samples
+    at that learning rate (:func:`learning_rate`); ``evaluate() -> eval accuracy``. Returns the history
+    (also emitted as progress)."""
     b, history = data["budget"], []
     n = len(data["y_train"])
-    bs = spec.ARCHS[args.arch]["batch"]
+    bs, base = spec.ARCHS[args.arch]["batch"], spec.ARCHS[args.arch]["lr"]
+    per_epoch = -(-n // bs) if b["max_batches"] is None else min(-(-n // bs), b["max_batches"])
+    total, done = per_epoch * b["epochs"], 0
     for epoch in range(b["epochs"]):
         t0, losses = time.perf_counter(), []
         for idx in batches(n, bs, args.seed, epoch, b["max_batches"]):
-            losses.append(float(step(idx)))
+            losses.append(float(step(idx, learning_rate(base, done, total))))
+            done += 1
         acc = evaluate()
         rec = {"epoch": epoch + 1, "epochs": b["epochs"], "loss": float(np.mean(losses)) if losses else None,
                "eval_accuracy": acc, "seconds": round(time.perf_counter() - t0, 3)}

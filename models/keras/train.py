@@ -76,10 +76,11 @@ def build(arch: str, classes: int):
 
 
 def make_step(model, x: np.ndarray, y: np.ndarray):
-    """``step(idx) -> loss``: one optimizer step on those training samples (training mode)."""
+    """``step(idx, lr) -> loss``: one optimizer step on those training samples (training mode)."""
     y = y.astype(np.int64)
 
-    def step(idx):
+    def step(idx, lr):
+        model.optimizer.learning_rate.assign(lr)
         return float(np.asarray(model.train_on_batch(x[idx], y[idx])))
 
     return step

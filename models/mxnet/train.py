@@ -61,11 +61,12 @@ def trainer(net: gluon.HybridBlock, arch: str) -> gluon.Trainer:
 
 
 def make_step(net, tr: gluon.Trainer, x: np.ndarray, y: np.ndarray):
-    """``step(idx) -> loss``: one optimizer step on those training samples (mean softmax cross-entropy
+    """``step(idx, lr) -> loss``: one optimizer step on those training samples (mean softmax cross-entropy
     on the logits; BatchNorm in training mode inside ``autograd.record``)."""
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    def step(idx):
+    def step(idx, lr):
+        tr.set_learning_rate(lr)
         xb = mx.nd.array(x[idx], ctx=CTX, dtype=np.float32)
         yb = mx.nd.array(y[idx], ctx=CTX, dtype=np.float32)
         with autograd.record():

@@ -58,11 +58,13 @@ def optimizer(model: torch.nn.Module, arch: str) -> torch.optim.Optimizer:
 
 
 def make_step(model, opt, x: np.ndarray, y: np.ndarray):
-    """``step(idx) -> loss``: one optimizer step on those training samples (model in training mode)."""
+    """``step(idx, lr) -> loss``: one optimizer step on those training samples (model in training mode)."""
     xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
 
-    def step(idx):
+    def step(idx, lr):
         i = torch.from_numpy(np.asarray(idx, dtype=np.int64))
+        for group in opt.param_groups:
+            group["lr"] = lr
         model.train()
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(xt[i]), yt[i])
