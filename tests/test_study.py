@@ -87,15 +87,28 @@ def test_a_corrupt_model_file_is_a_row_with_its_status(tmp_path, monkeypatch):
     shutil.rmtree(row["training"]["dir"])
 
 
-def test_study_command_prints_tables_and_writes_json_and_markdown(tmp_path):
+@pytest.mark.web
+@pytest.mark.mobile
+@pytest.mark.mxnet
+def test_the_quick_study_of_lenet5_in_every_framework(tmp_path):
+    """`portability study --quick -m lenet5`: all three frameworks trained, exported and deployed to the
+    quick profile's server, web and mobile targets; tables printed; JSON and Markdown written."""
     out, md = tmp_path / "study.json", tmp_path / "study.md"
-    p = run_cli("study", "--profile", "step", "-f", "torch,keras", "-m", "lenet1", "-t", "server/ort-cpu",
-                "--json", str(out), "--markdown", str(md), timeout=900)
+    p = run_cli("study", "--quick", "-m", "lenet5", "--json", str(out), "--markdown", str(md), timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     study = json.loads(out.read_text())
-    assert [(r["framework"], r["arch"], r["dataset"]) for r in study["rows"]] == [("torch", "lenet1", "mnist"), ("keras", "lenet1", "mnist")]
+    assert [(r["framework"], r["arch"], r["dataset"]) for r in study["rows"]] == [
+        ("torch", "lenet5", "mnist"), ("keras", "lenet5", "mnist"), ("mxnet", "lenet5", "mnist")]
     for r in study["rows"]:
+        assert r["training"]["status"] == "ok" and r["export"]["status"] == "ok", r["training"]
         assert r["check"]["schema_version"] == 1  # the check report itself is in the study's JSON
+        status = {t["id"]: t["status"] for t in r["targets"]}
+        assert {"web", "mobile", "server"} <= {t.split("/")[0] for t in status}
+        # a LeNet converts and runs everywhere: every fp32 route agrees with the framework's own model
+        for tid in ("server/ort-cpu", "web/ort-wasm", "web/tfjs-wasm", "mobile/tflite-fp32", "mobile/arm64-tflite"):
+            assert status[tid] == "pass", (r["framework"], tid, status[tid])
+    head = next(line for line in p.stdout.splitlines() if line.strip().startswith("┃ model"))
+    assert all(fw in head for fw in ("torch", "keras", "mxnet"))
     assert "Accuracy in its own framework" in p.stdout and "Failures per converter" in p.stdout
     text = md.read_text()
     for title in ("Accuracy after deployment", "Numeric drift", "Model size", "Latency"):

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
 
 from portability.core.errors import UsageError
 from portability.study import zoo
@@ -27,8 +26,12 @@ DEFAULT_TARGETS = {
     "full": "server,web,mobile",
     "step": "server/ort-cpu",
 }
-#: latency sampling per profile (check's --warmup, --runs, --time-budget)
-TIMING = {"quick": (3, 20, 5.0), "full": (10, 50, 20.0), "step": (1, 5, 2.0)}
+#: held-out samples each emulated target (ARM64 under qemu, some hundred times slower than the host) is
+#: evaluated on: the first N of the row's samples, in a check of their own (the report says so)
+EMULATED_SAMPLES = {"quick": 50, "full": 100, "step": 8}
+#: latency sampling per profile (check's --warmup, --runs, --time-budget): a study times a dozen models
+#: on every target, so each target gets a few seconds at most (the report gives each one's run count)
+TIMING = {"quick": (3, 20, 3.0), "full": (5, 30, 5.0), "step": (1, 5, 2.0)}
 
 
 @dataclass
@@ -111,6 +114,29 @@ def _targets_for(source_format: str, spec: str) -> list[str]:
     return [t.id for t in plan.for_check(source_format, spec)[0]]
 
 
+def _split_emulated(source_format: str, spec: str) -> tuple[str, str]:
+    """(every target but the emulated ones, the emulated ones) as target specs (ids), reference first."""
+    from portability.core.target import load_class
+    from portability.engine import plan
+
+    targets = plan.for_check(source_format, spec)[0]
+    emu = [t.id for t in targets[1:] if getattr(load_class(t.runtime), "emulated", False)]
+    rest = [t.id for t in targets if t.id not in emu]
+    return ",".join(rest), ",".join(emu)
+
+
+def _baseline_on(trained, n: int) -> float | None:
+    """The in-framework accuracy on the first ``n`` eval samples (from the trainer's logits)."""
+    import numpy as np
+
+    logits, data = trained.dir / "eval_logits.npy", trained.eval_data
+    if not logits.is_file():
+        return None
+    with np.load(data, allow_pickle=False) as z:
+        y = z["y"][:n]
+    return float((np.load(logits, allow_pickle=False)[:n].argmax(-1) == y).mean())
+
+
 def _failed_row_targets(source_format: str, spec: str, status: str, why: str) -> list[dict]:
     """The rows' targets for a model that never reached check: each with the status that stopped it."""
     return [{"id": tid, "platform": tid.split("/")[0], "status": status, "error": why} for tid in _targets_for(source_format, spec)]
@@ -138,9 +164,7 @@ def summarize_target(t: dict, baseline: float | None) -> dict:
 
 
 def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
-    from portability import api
     from portability.engine.cache import default_root
-    from portability.engine.pipeline import check as run_check
     from portability.sources import load_source_isolated
 
     progress = progress or Progress()
@@ -215,12 +239,13 @@ def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
             continue
         progress.stage(f"{label}: deploying")
         t0 = time.perf_counter()
+        main_spec, emu_spec = _split_emulated(source_format, targets)
+        n_emu = min(EMULATED_SAMPLES[o.profile], int(meta.get("eval_samples") or 0))
         try:
-            extra = {"robustness": True} if o.robustness else {}
-            opts = api.options(targets, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget,
-                               seed=o.seed, cache_dir=cache_root, **({"jobs": o.jobs} if o.jobs else {}), **extra)
             info = load_source_isolated(trained.model)
-            report = run_check(trained.model, opts, progress.check_progress(), model=info).to_dict()
+            report = _check(trained, info, main_spec, o, cache_root, warmup, runs, budget, progress)
+            emu_report = _check(trained, info, emu_spec, o, cache_root, warmup, runs, budget, progress,
+                                samples=n_emu) if emu_spec else None
         except UsageError as e:
             row["check"] = {"error": str(e)}
             row["targets"] = _failed_row_targets(source_format, targets, "load-error", f"check refused the model: {e}")
@@ -231,10 +256,29 @@ def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
         row["check"] = report
         row["reference"] = report["reference"]
         base = row["baseline"]["accuracy"]
-        row["targets"] = [summarize_target(t, base) for t in report["targets"]]
+        row["targets"] = [dict(summarize_target(t, base), samples=report["inputs"]["samples"]) for t in report["targets"]]
+        if emu_report is not None:
+            row["check_emulated"] = emu_report
+            base_emu = _baseline_on(trained, n_emu)
+            row["baseline"]["accuracy_emulated_samples"] = base_emu
+            row["targets"] += [dict(summarize_target(t, base_emu), samples=emu_report["inputs"]["samples"])
+                               for t in emu_report["targets"][1:]]
         _done(result, row, progress)
     result.seconds["total"] = time.perf_counter() - t_all
     return result
+
+
+def _check(trained, info, spec: str, o: StudyOptions, cache_root: Path, warmup: int, runs: int, budget: float,
+           progress: Progress, samples: int | None = None) -> dict:
+    from portability import api
+    from portability.engine.pipeline import check as run_check
+
+    extra = {"robustness": True} if o.robustness else {}
+    if samples:
+        extra["samples"] = samples
+    opts = api.options(spec, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget, seed=o.seed,
+                       cache_dir=cache_root, **({"jobs": o.jobs} if o.jobs else {}), **extra)
+    return run_check(trained.model, opts, progress.check_progress(), model=info).to_dict()
 
 
 def _done(result: StudyResult, row: dict, progress: Progress) -> None:

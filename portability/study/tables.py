@@ -109,7 +109,12 @@ def deployed_accuracy(study: dict) -> list[View]:
             return f"top1 {_pct(t.get('top1_agreement'))}{flag}"
         return f"{_pct(t['accuracy'])} ({_delta(t.get('accuracy_vs_framework'))}){flag}"
     views = _per_target(study, "Accuracy after deployment, % (change against the framework's own)", fmt)
+    fewer = sorted({t["samples"] for r in study["rows"] for t in r["targets"]
+                    if t.get("samples") and t["samples"] < ((r.get("baseline") or {}).get("eval_samples") or 0)})
     for v in views:
+        if fewer:
+            v.notes.append(f"emulated targets (ARM64 under qemu) are evaluated on the first {', '.join(map(str, fewer))} "
+                           "samples, and compared with the framework's own accuracy on those samples")
         if any("⚠" in c for row in v.rows for c in row):
             v.notes.append("⚠: the target ran but its outputs or accuracy are outside the check's thresholds (drift)")
     return views
@@ -183,7 +188,7 @@ def failures(study: dict) -> View:
                 continue
             w = _where(t)
             counts[w][r["framework"]] += 1
-            why = t.get("error") or (f"drift" if t["status"] == "drift" else t["status"])
+            why = t.get("error") or ("drift" if t["status"] == "drift" else t["status"])
             reasons[(w, r["framework"])].add(f"{r['arch']}/{r['dataset']}: {t['status']}: {str(why).splitlines()[0][:160]}")
     rows = [[w, *[str(counts[w].get(fw, 0) or "") for fw in fws]] for w in sorted(counts)]
     notes = [f"{w} ({fw}) — {why}" for (w, fw), whys in sorted(reasons.items()) for why in sorted(whys)]
