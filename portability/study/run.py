@@ -157,6 +157,7 @@ def summarize_target(t: dict, baseline: float | None) -> dict:
         "accuracy": acc, "accuracy_vs_framework": (acc - baseline) if isinstance(acc, (int, float)) and baseline is not None else None,
         "top1_agreement": m.get("top1_agreement"), "max_abs": max(worst) if worst else None,
         "format": art.get("format"), "size_bytes": art.get("size_bytes"), "gzip_bytes": art.get("gzip_bytes"),
+        "sha256": art.get("sha256"),
         "p50_ms": lat.get("p50"), "p50_vs_reference": m.get("p50_vs_reference"), "emulated": bool(lat.get("emulated")),
         "chain": [c.get("converter") for c in convs if c.get("converter")],
         "robustness": m.get("robustness"),

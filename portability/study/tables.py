@@ -15,6 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 OK = ("pass", "drift")
+#: the native runtime every latency is compared with (the same for every framework's row)
+NATIVE = "server/ort-cpu"
 
 
 @dataclass
@@ -129,13 +131,15 @@ def drift(study: dict) -> list[View]:
 
 def latency(study: dict) -> list[View]:
     def fmt(t, row):
-        p50, ratio = t.get("p50_ms"), t.get("p50_vs_reference")
+        p50 = t.get("p50_ms")
         if not isinstance(p50, (int, float)):
             return "–"
-        r = f" ×{ratio:.1f}" if isinstance(ratio, (int, float)) else ""
+        native = _cell(row, NATIVE) or {}
+        base = native.get("p50_ms") if native.get("status") in OK else None
+        r = f" ×{p50 / base:.1f}" if isinstance(base, (int, float)) and base > 0 and t["id"] != NATIVE else ""
         emu = " emu" if t.get("emulated") else (" sw" if t.get("device") == "software" else "")
         return f"{p50:.3g} ms{r}{emu}"
-    views = _per_target(study, "Latency, p50 per inference (× the reference's p50)", fmt)
+    views = _per_target(study, f"Latency, p50 per inference (× {NATIVE}'s p50: the native runtime; web/native for web targets)", fmt)
     for v in views:
         if any(c.endswith((" emu", " sw")) for row in v.rows for c in row):
             v.notes.append("emu: ARM64 under emulation; sw: a software GPU adapter — neither is a device's speed")
@@ -151,19 +155,25 @@ def _variant(tid: str) -> str:
 
 
 def sizes(study: dict) -> list[View]:
+    """One line per distinct artifact (the same file run by several targets is shown once, under the
+    name of its variant)."""
     fws = _frameworks(study)
     views = []
     for (arch, d), by in _groups(study).items():
         table: dict[str, dict[str, str]] = defaultdict(dict)
         for fw, r in by.items():
-            for t in r["targets"]:
-                if not t.get("format") or not t.get("size_bytes"):
+            seen: set = set()
+            for t in sorted(r["targets"], key=lambda t: _variant(t["id"]) == ""):
+                if not t.get("format") or not t.get("size_bytes") or (t.get("sha256") and t["sha256"] in seen):
                     continue
+                seen.add(t.get("sha256"))
                 label = " ".join(x for x in (t["format"], _variant(t["id"])) if x)
                 gz = f" (gzip {t['gzip_bytes'] / 1024:.0f})" if t.get("gzip_bytes") else ""
                 table[label].setdefault(fw, f"{t['size_bytes'] / 1024:.0f}{gz}")
-        rows = [[label, *[table[label].get(fw, "–") for fw in fws]] for label in table]
-        views.append(View(f"Model size per format and variant, KB: {arch} on {d}", ["format", *fws], rows))
+        order = sorted(table, key=lambda k: (k.split()[0] not in ("torch", "keras"), k))
+        rows = [[label, *[table[label].get(fw, "–") for fw in fws]] for label in order]
+        views.append(View(f"Model size per format and variant, KB: {arch} on {d}", ["format", *fws], rows,
+                          ["torch / keras: the source as the framework saved it (.pt2, .keras)"]))
     return views
 
 
