@@ -165,97 +165,103 @@ def summarize_target(t: dict, baseline: float | None) -> dict:
 
 
 def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
-    from portability.engine.cache import default_root
-    from portability.sources import load_source_isolated
+    """Every cell of the study, one row each (see the module docstring)."""
+    return _Study(o, progress or Progress()).run()
 
-    progress = progress or Progress()
-    cells = validate(o)
-    s = zoo.spec()
-    root = zoo_root = zoo.zoo_root()
 
-    if str(zoo_root.parent) not in sys.path:
-        sys.path.insert(0, str(zoo_root.parent))
-    from models import data as zoo_data
+class _Study:
+    def __init__(self, o: StudyOptions, progress: Progress):
+        from portability.engine.cache import default_root
 
-    cache_root = Path(o.cache_dir) if o.cache_dir else default_root()
-    cache = cache_root / "study"
-    targets = o.targets or DEFAULT_TARGETS[o.profile]
-    warmup, runs, budget = TIMING[o.profile]
-    t_all = time.perf_counter()
-    result = StudyResult(
-        options={"frameworks": sorted({c[0] for c in cells}, key=s.FRAMEWORKS.index), "models": sorted({c[1] for c in cells}),
-                 "datasets": sorted({c[2] for c in cells}), "targets": targets, "profile": o.profile, "seed": o.seed,
-                 "robustness": o.robustness, "zoo": str(root)},
-        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
+        self.o, self.progress = o, progress
+        self.cells = validate(o)
+        root = zoo.zoo_root()
+        if str(root.parent) not in sys.path:
+            sys.path.insert(0, str(root.parent))
+        self.cache_root = Path(o.cache_dir) if o.cache_dir else default_root()
+        self.cache = self.cache_root / "study"
+        self.targets = o.targets or DEFAULT_TARGETS[o.profile]
+        self.timing = TIMING[o.profile]
+        s = zoo.spec()
+        self.result = StudyResult(
+            options={"frameworks": sorted({c[0] for c in self.cells}, key=s.FRAMEWORKS.index),
+                     "models": sorted({c[1] for c in self.cells}), "datasets": sorted({c[2] for c in self.cells}),
+                     "targets": self.targets, "profile": o.profile, "seed": o.seed, "robustness": o.robustness,
+                     "zoo": str(root)},
+            started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
+        self.data_paths: dict[str, Path | None] = {}
 
-    data_paths: dict[str, Path | None] = {}
-    for d in sorted({c[2] for c in cells}):
+    def run(self) -> StudyResult:
+        t_all = time.perf_counter()
+        for d in sorted({c[2] for c in self.cells}):
+            self._dataset(d)
+        for i, (fw, arch, d) in enumerate(self.cells, 1):
+            row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": self.o.seed,
+                   "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
+            self._cell(row, f"[{i}/{len(self.cells)}] {fw} {arch} on {d}", {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
+            self.result.rows.append(row)
+            self.progress.row_done(row)
+        self.result.seconds["total"] = time.perf_counter() - t_all
+        return self.result
+
+    def _dataset(self, d: str) -> None:
+        from models import data as zoo_data
+
         t0 = time.perf_counter()
-        progress.stage(f"dataset {d}")
+        self.progress.stage(f"dataset {d}")
         try:
-            data_paths[d] = zoo_data.prepare(d, cache / "data")
-            result.datasets[d] = zoo_data.provenance(d, cache / "data")
+            self.data_paths[d] = zoo_data.prepare(d, self.cache / "data")
+            self.result.datasets[d] = zoo_data.provenance(d, self.cache / "data")
         except zoo_data.DataUnavailable as e:
-            data_paths[d] = None
-            result.datasets[d] = {"name": d, "error": str(e)}
-        result.seconds["data"] += time.perf_counter() - t0
+            self.data_paths[d] = None
+            self.result.datasets[d] = {"name": d, "error": str(e)}
+        self.result.seconds["data"] += time.perf_counter() - t0
 
-    for i, (fw, arch, d) in enumerate(cells, 1):
-        label = f"[{i}/{len(cells)}] {fw} {arch} on {d}"
-        source_format = {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw]
-        row = {"framework": fw, "arch": arch, "dataset": d, "profile": o.profile, "seed": o.seed,
-               "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
-        if data_paths[d] is None:
-            why = result.datasets[d]["error"]
+    def _cell(self, row: dict, label: str, source_format: str) -> None:
+        """Fill one row: train (or reuse), then deploy; whatever stops it gives every target its status."""
+        fw, arch, d = row["framework"], row["arch"], row["dataset"]
+        if self.data_paths[d] is None:
+            why = self.result.datasets[d]["error"]
             row["training"] = {"status": "skipped", "error": why}
-            row["targets"] = _failed_row_targets(source_format, targets, "skipped", why)
-            _done(result, row, progress)
-            continue
-        progress.stage(f"{label}: training")
+            row["targets"] = _failed_row_targets(source_format, self.targets, "skipped", why)
+            return
+        self.progress.stage(f"{label}: training")
         t0 = time.perf_counter()
         try:
-            trained = zoo.train(fw, arch, d, data_paths[d], o.profile, o.seed, cache, on_event=progress.training,
-                                retrain=o.retrain)
+            trained = zoo.train(fw, arch, d, self.data_paths[d], self.o.profile, self.o.seed, self.cache,
+                                on_event=self.progress.training, retrain=self.o.retrain)
         except zoo.TrainingFailed as e:
             status = "skipped" if zoo.python_for(fw)[0] is None else "error"
             row["training"] = {"status": status, "error": str(e)}
-            row["targets"] = _failed_row_targets(source_format, targets, "skipped", f"{fw} {arch}: training {status}: {e}")
-            result.seconds["train"] += time.perf_counter() - t0
-            _done(result, row, progress)
-            continue
-        result.seconds["train"] += time.perf_counter() - t0
-        meta = trained.meta
-        row.update(
-            framework_version=meta.get("version"), params=meta.get("params"), input=meta.get("input"),
-            training={"status": "ok", "cached": trained.cached, "seconds": meta.get("train_seconds"),
-                      "epochs": len(meta.get("history") or []), "train_samples": meta.get("train_samples"),
-                      "history": meta.get("history"), "dir": str(trained.dir)},
-            baseline={"accuracy": meta.get("accuracy_eval"), "accuracy_test": meta.get("accuracy_test"),
-                      "eval_samples": meta.get("eval_samples"), "test_samples": meta.get("test_samples")},
-            export={k: v for k, v in (meta.get("export") or {}).items() if k != "traceback"})
+            row["targets"] = _failed_row_targets(source_format, self.targets, "skipped", f"{fw} {arch}: training {status}: {e}")
+            return
+        finally:
+            self.result.seconds["train"] += time.perf_counter() - t0
+        _record_training(row, trained)
         if not trained.exported:
             why = f"{fw} export failed: {row['export'].get('error') or 'no model file'}"
-            row["targets"] = _failed_row_targets(source_format, targets, "convert-error", why)
-            _done(result, row, progress)
-            continue
-        progress.stage(f"{label}: deploying")
+            row["targets"] = _failed_row_targets(source_format, self.targets, "convert-error", why)
+            return
+        self.progress.stage(f"{label}: deploying")
         t0 = time.perf_counter()
-        main_spec, emu_spec = _split_emulated(source_format, targets)
-        n_emu = min(EMULATED_SAMPLES[o.profile], int(meta.get("eval_samples") or 0))
         try:
-            info = load_source_isolated(trained.model)
-            report = _check(trained, info, main_spec, o, cache_root, warmup, runs, budget, progress)
-            emu_report = _check(trained, info, emu_spec, o, cache_root, warmup, runs, budget, progress,
-                                samples=n_emu) if emu_spec else None
+            self._deploy(row, trained, source_format)
         except UsageError as e:
             row["check"] = {"error": str(e)}
-            row["targets"] = _failed_row_targets(source_format, targets, "load-error", f"check refused the model: {e}")
-            result.seconds["check"] += time.perf_counter() - t0
-            _done(result, row, progress)
-            continue
-        result.seconds["check"] += time.perf_counter() - t0
-        row["check"] = report
-        row["reference"] = report["reference"]
+            row["targets"] = _failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
+        finally:
+            self.result.seconds["check"] += time.perf_counter() - t0
+
+    def _deploy(self, row: dict, trained, source_format: str) -> None:
+        """Check the model on the row's targets; emulated ones on the first samples, in a check of their own."""
+        from portability.sources import load_source_isolated
+
+        main_spec, emu_spec = _split_emulated(source_format, self.targets)
+        n_emu = min(EMULATED_SAMPLES[self.o.profile], int(trained.meta.get("eval_samples") or 0))
+        info = load_source_isolated(trained.model)
+        report = self._check(trained, info, main_spec)
+        emu_report = self._check(trained, info, emu_spec, samples=n_emu) if emu_spec else None
+        row["check"], row["reference"] = report, report["reference"]
         base = row["baseline"]["accuracy"]
         row["targets"] = [dict(summarize_target(t, base), samples=report["inputs"]["samples"]) for t in report["targets"]]
         if emu_report is not None:
@@ -264,24 +270,29 @@ def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
             row["baseline"]["accuracy_emulated_samples"] = base_emu
             row["targets"] += [dict(summarize_target(t, base_emu), samples=emu_report["inputs"]["samples"])
                                for t in emu_report["targets"][1:]]
-        _done(result, row, progress)
-    result.seconds["total"] = time.perf_counter() - t_all
-    return result
+
+    def _check(self, trained, info, spec: str, samples: int | None = None) -> dict:
+        from portability import api
+        from portability.engine.pipeline import check as run_check
+
+        warmup, runs, budget = self.timing
+        extra = {"robustness": True} if self.o.robustness else {}
+        if samples:
+            extra["samples"] = samples
+        if self.o.jobs:
+            extra["jobs"] = self.o.jobs
+        opts = api.options(spec, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget,
+                           seed=self.o.seed, cache_dir=self.cache_root, **extra)
+        return run_check(trained.model, opts, self.progress.check_progress(), model=info).to_dict()
 
 
-def _check(trained, info, spec: str, o: StudyOptions, cache_root: Path, warmup: int, runs: int, budget: float,
-           progress: Progress, samples: int | None = None) -> dict:
-    from portability import api
-    from portability.engine.pipeline import check as run_check
-
-    extra = {"robustness": True} if o.robustness else {}
-    if samples:
-        extra["samples"] = samples
-    opts = api.options(spec, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget, seed=o.seed,
-                       cache_dir=cache_root, **({"jobs": o.jobs} if o.jobs else {}), **extra)
-    return run_check(trained.model, opts, progress.check_progress(), model=info).to_dict()
-
-
-def _done(result: StudyResult, row: dict, progress: Progress) -> None:
-    result.rows.append(row)
-    progress.row_done(row)
+def _record_training(row: dict, trained) -> None:
+    meta = trained.meta
+    row.update(
+        framework_version=meta.get("version"), params=meta.get("params"), input=meta.get("input"),
+        training={"status": "ok", "cached": trained.cached, "seconds": meta.get("train_seconds"),
+                  "epochs": len(meta.get("history") or []), "train_samples": meta.get("train_samples"),
+                  "history": meta.get("history"), "dir": str(trained.dir)},
+        baseline={"accuracy": meta.get("accuracy_eval"), "accuracy_test": meta.get("accuracy_test"),
+                  "eval_samples": meta.get("eval_samples"), "test_samples": meta.get("test_samples")},
+        export={k: v for k, v in (meta.get("export") or {}).items() if k != "traceback"})
