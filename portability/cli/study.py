@@ -79,8 +79,8 @@ def study(
     from portability.cli import outputs
     from portability.core.errors import UsageError
     from portability.study import tables
+    from portability.report.files import _clean, write_atomic
     from portability.study.run import StudyOptions, run_study, validate
-    from portability.report.files import write_atomic
 
     if tables_of is not None:
         return _tables_only(tables_of, markdown_path)
@@ -93,18 +93,18 @@ def study(
     outputs.require_writable(json_path, None, None, markdown_path)
     err = Console(stderr=True)
     result = run_study(o, _Progress(err, quiet)).to_dict()
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=160)
-    tables.render(result, out)
-    if json_path:
+    if json_path:  # the files first: whatever happens on the terminal, the study is kept
         import json
 
-        write_atomic(json_path, json.dumps(result, indent=1, allow_nan=False, default=str))
+        write_atomic(json_path, json.dumps(_clean(result), indent=1, allow_nan=False, default=str))
         err.print(f"study: {json_path}")
     if markdown_path:
         write_atomic(markdown_path, tables.to_markdown(result))
         err.print(f"tables: {markdown_path}")
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)
+    tables.render(result, out)
     s = result["seconds"]
     err.print(f"study done in {s['total']:.0f} s (training {s['train']:.0f} s, deployment and evaluation {s['check']:.0f} s)")
     return 0
