@@ -13,6 +13,16 @@ from conftest import run_cli  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
+def _arm64_home() -> str:
+    from portability.mobile import arm64
+
+    return str(arm64.home())
+
+
+#: the user's provisioned ARM64 emulator, found before conftest makes the cache folder private
+ARM64_HOME = _arm64_home()
+
+
 def _study(tmp_path, **kw):
     from portability.study.run import StudyOptions, run_study
 
@@ -100,7 +110,8 @@ def test_the_quick_study_of_lenet5_in_every_framework(tmp_path):
     """`portability study --quick -m lenet5`: all three frameworks trained, exported and deployed to the
     quick profile's server, web and mobile targets; tables printed; JSON and Markdown written."""
     out, md = tmp_path / "study.json", tmp_path / "study.md"
-    p = run_cli("study", "--quick", "-m", "lenet5", "--json", str(out), "--markdown", str(md), timeout=1800)
+    p = run_cli("study", "--quick", "-m", "lenet5", "--json", str(out), "--markdown", str(md), timeout=1800,
+                env={"PORTABILITY_ARM64_DIR": ARM64_HOME})
     assert p.returncode == 0, p.stderr[-3000:]
     study = json.loads(out.read_text())
     assert [(r["framework"], r["arch"], r["dataset"]) for r in study["rows"]] == [
