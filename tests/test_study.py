@@ -105,13 +105,20 @@ def test_a_corrupt_model_file_is_a_row_with_its_status(tmp_path, monkeypatch):
 
 @pytest.mark.web
 @pytest.mark.mobile
+@pytest.mark.arm64
 @pytest.mark.mxnet
-def test_the_quick_study_of_lenet5_in_every_framework(tmp_path):
+def test_the_quick_study_of_lenet5_in_every_framework(tmp_path, monkeypatch):
     """`portability study --quick -m lenet5`: all three frameworks trained, exported and deployed to the
     quick profile's server, web and mobile targets; tables printed; JSON and Markdown written."""
+    from portability import mxnet_env
+    from portability.mobile import arm64
+
+    monkeypatch.setenv("PORTABILITY_ARM64_DIR", ARM64_HOME)
+    for ok, why in (mxnet_env.status(), arm64.status()):
+        if not ok:
+            pytest.skip(why)
     out, md = tmp_path / "study.json", tmp_path / "study.md"
-    p = run_cli("study", "--quick", "-m", "lenet5", "--json", str(out), "--markdown", str(md), timeout=1800,
-                env={"PORTABILITY_ARM64_DIR": ARM64_HOME})
+    p = run_cli("study", "--quick", "-m", "lenet5", "--json", str(out), "--markdown", str(md), timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     study = json.loads(out.read_text())
     assert [(r["framework"], r["arch"], r["dataset"]) for r in study["rows"]] == [
