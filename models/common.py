@@ -116,6 +116,29 @@ def train_loop(args, data: dict, step, evaluate) -> list[dict]:
     return history
 
 
+def check_task(args, data: dict) -> str:
+    """The architecture's task, after checking the dataset fits it; creates the output folder."""
+    task = spec.ARCHS[args.arch]["task"]
+    if (task == "image") != (data["x_train"].ndim == 3):
+        raise SystemExit(f"{args.arch} is a {task} architecture; {args.data} holds {data['x_train'].shape[1:]} samples")
+    args.out.mkdir(parents=True, exist_ok=True)
+    return task
+
+
+def fit(args, data: dict, model, step, predict, export, x_eval, x_test) -> dict:
+    """Train (``train_loop``), evaluate in-framework (``eval_logits.npy``), export: the fields of
+    :func:`write_meta` that every framework computes alike. ``predict(model, x) -> logits``;
+    ``export(model, x_eval, logits, out) -> (file name, extra)``."""
+    t0 = time.perf_counter()
+    history = train_loop(args, data, step, lambda: accuracy(predict(model, x_eval), data["y_eval"]))
+    train_seconds = time.perf_counter() - t0
+    logits = predict(model, x_eval)
+    np.save(args.out / "eval_logits.npy", logits)
+    return {"history": history, "train_seconds": train_seconds, "accuracy_eval": accuracy(logits, data["y_eval"]),
+            "accuracy_test": accuracy(predict(model, x_test), data["y_test"]),
+            "export": run_export(args.out, lambda: export(model, x_eval, logits, args.out))}
+
+
 def run_export(out: Path, export) -> dict:
     """Run ``export() -> (file name, extra fields)``; an exception becomes ``{"status": "error"}``."""
     t0 = time.perf_counter()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -163,29 +162,18 @@ def main(argv=None) -> int:
     args = common.parse(argv)
     configure(args.seed)
     data = common.load(args)
-    task = spec.ARCHS[args.arch]["task"]
-    if (task == "image") != (data["x_train"].ndim == 3):
-        raise SystemExit(f"{args.arch} is a {task} architecture; {args.data} holds {data['x_train'].shape[1:]} samples")
-    args.out.mkdir(parents=True, exist_ok=True)
+    task = common.check_task(args, data)
     x_train, x_eval, x_test = (to_input(data[k]) for k in ("x_train", "x_eval", "x_test"))
     net = build(args.arch, classes_of(args, data))
     step = make_step(net, trainer(net, args.arch), x_train, data["y_train"])
-
-    t0 = time.perf_counter()
-    history = common.train_loop(args, data, step, lambda: common.accuracy(predict(net, x_eval), data["y_eval"]))
-    train_seconds = time.perf_counter() - t0
-
-    logits = predict(net, x_eval)
-    np.save(args.out / "eval_logits.npy", logits)
-    acc_test = common.accuracy(predict(net, x_test), data["y_test"])
-    exp = common.run_export(args.out, lambda: export(net, x_eval, logits, args.out))
+    fitted = common.fit(args, data, net, step, predict, export, x_eval, x_test)
+    exp = fitted["export"]
     common.write_meta(
-        args, framework=FRAMEWORK, version=mx.__version__, data=data, history=history,
-        train_seconds=train_seconds, accuracy_eval=common.accuracy(logits, data["y_eval"]), accuracy_test=acc_test,
+        args, framework=FRAMEWORK, version=mx.__version__, data=data,
         params=sum(int(np.prod(p.shape)) for p in net.collect_params().values() if p.grad_req != "null"),
         input_spec={"name": exp.get("input", "data"), "shape": [None, *x_eval.shape[1:]], "dtype": str(x_eval.dtype),
                     "layout": "NCHW" if task == "image" else "NL", **({"ids": "float32 token ids"} if task == "text" else {})},
-        export=exp, eval_x=x_eval)
+        eval_x=x_eval, **fitted)
     return 0
 
 

@@ -13,7 +13,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import importlib  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -106,30 +105,19 @@ def main(argv=None) -> int:
     args = common.parse(argv)
     configure(args.seed)
     data = common.load(args)
-    task = spec.ARCHS[args.arch]["task"]
-    if (task == "image") != (data["x_train"].ndim == 3):
-        raise SystemExit(f"{args.arch} is a {task} architecture; {args.data} holds {data['x_train'].shape[1:]} samples")
-    args.out.mkdir(parents=True, exist_ok=True)
+    task = common.check_task(args, data)
     x_train, x_eval, x_test = (to_input(data[k]) for k in ("x_train", "x_eval", "x_test"))
     model = build(args.arch, classes_of(args, data))
     step = make_step(model, optimizer(model, args.arch), x_train, data["y_train"])
-
-    t0 = time.perf_counter()
-    history = common.train_loop(args, data, step, lambda: common.accuracy(predict(model, x_eval), data["y_eval"]))
-    train_seconds = time.perf_counter() - t0
-
-    logits = predict(model, x_eval)
-    np.save(args.out / "eval_logits.npy", logits)
-    acc_test = common.accuracy(predict(model, x_test), data["y_test"])
-    exp = common.run_export(args.out, lambda: export(model, x_eval, logits, args.out))
+    fitted = common.fit(args, data, model, step, predict, export, x_eval, x_test)
+    exp = fitted["export"]
     name = exp.get("input", "x")
     common.write_meta(
-        args, framework=FRAMEWORK, version=torch.__version__, data=data, history=history,
-        train_seconds=train_seconds, accuracy_eval=common.accuracy(logits, data["y_eval"]), accuracy_test=acc_test,
+        args, framework=FRAMEWORK, version=torch.__version__, data=data,
         params=sum(p.numel() for p in model.parameters()),
         input_spec={"name": name, "shape": [None, *x_eval.shape[1:]], "dtype": str(x_eval.dtype),
                     "layout": "NCHW" if task == "image" else "NL"},
-        export=exp, eval_x=x_eval)
+        eval_x=x_eval, **fitted)
     return 0
 
 
