@@ -46,10 +46,17 @@ needs_browser = pytest.mark.skipif(_web_missing() is not None, reason=f"web stac
 
 # -- the timing gate ---------------------------------------------------------------------------------------
 
+def _admit_later(g, tid: str) -> threading.Event:
+    admitted = threading.Event()
+    threading.Thread(target=lambda: (g.admit(tid), admitted.set()), daemon=True).start()
+    time.sleep(0.2)
+    return admitted
+
+
 def test_timing_gate_times_one_at_a_time_when_nothing_else_works():
     from portability.engine.schedule import TimingGate
 
-    g = TimingGate()
+    g = TimingGate(jobs=2, parked=8)
     g.admit("a")
     g.admit("b")
     g.ready("a")
@@ -57,16 +64,56 @@ def test_timing_gate_times_one_at_a_time_when_nothing_else_works():
     g.ready("b")
     assert not g.try_start("b") and g.try_start("a")  # first ready, first timed
     assert not g.try_start("b")  # one at a time
-    admitted = threading.Event()
-    t = threading.Thread(target=lambda: (g.admit("c"), admitted.set()))
-    t.start()
-    time.sleep(0.2)
-    assert not admitted.is_set()  # no new target starts while others wait to time
+    admitted = _admit_later(g, "c")
+    assert not admitted.is_set()  # no new target starts while others time
     g.finished("a")
     assert g.try_start("b")
     g.finished("b")
-    t.join(5)
-    assert admitted.is_set()
+    assert admitted.wait(5)
+
+
+def test_a_parked_worker_frees_its_slot_and_times_when_nothing_is_left_to_start():
+    from portability.engine.schedule import TimingGate
+
+    g = TimingGate(jobs=1, parked=8)
+    g.admit("a")
+    admitted = _admit_later(g, "b")
+    assert not admitted.is_set()  # one job: b waits for a's work
+    g.ready("a")  # a is loaded and parks: its slot goes to b
+    assert admitted.wait(5)
+    assert not g.try_start("a")  # b works
+    g.ready("b")
+    assert not g.wait_start("b", 0.05) and g.wait_start("a", 1)  # nothing left to start: a times first
+    g.finished("a")
+    assert g.try_start("b")
+
+
+def test_parked_workers_time_before_more_targets_start_when_too_many_wait():
+    from portability.engine.schedule import TimingGate
+
+    g = TimingGate(jobs=1, parked=2)
+    for tid in ("a", "b"):
+        g.admit(tid)
+        g.ready(tid)
+    admitted = _admit_later(g, "c")
+    assert not admitted.is_set()  # two parked: the limit
+    assert g.try_start("a")  # c waits to start, yet the parked ones time now
+    g.finished("a")
+    assert not admitted.is_set()  # the parked ones drain first
+    assert g.try_start("b")
+    g.finished("b")
+    assert admitted.wait(5)
+
+
+def test_the_costliest_targets_start_first():
+    from portability.core.target import load_class
+    from portability.engine import schedule
+    from portability.targets import expand
+
+    targets = expand("server,web,mobile")
+    order = [t.id for t in schedule.by_cost(targets, lambda t: load_class(t.runtime)(t.options).cost())]
+    assert order.index("web/ort-webgpu") < order.index("web/ort-wasm") < order.index("server/ort-cpu-noopt")
+    assert order.index("server/tf") < order.index("web/ort-wasm")  # importing TensorFlow
 
 
 def test_conversion_runs_once_for_parallel_targets(tmp_path):

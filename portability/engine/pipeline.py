@@ -23,7 +23,8 @@ from portability.core.protocol import Job, WorkerResult, load_outputs, save_feed
 from portability.engine import plan, verdict
 from portability.engine.options import CheckOptions, Limits
 from portability.engine.runner import kill_all, log_tail, run_worker
-from portability.engine.schedule import TimingGate
+from portability.engine.schedule import TimingGate, by_cost
+from portability.engine.services import Services
 from portability import metrics
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
@@ -108,39 +109,44 @@ class _Run:
         self.ref_metrics: dict = {}
         self.score_name: str | None = None
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
-        self.gate = TimingGate()
-        self.browsers = None  # web.service.BrowserService, once a web target needs it
+        self.gate = TimingGate(opts.jobs)
+        self.services = Services()
         #: the source's own runtime, targets without a converter route (id -> why), each target's plan
         self.reference, self.no_route, self.plans = REFERENCE, {}, {}
 
     def _lease(self, target: Target):
-        """(services for the job, the lease): the shared browser a web target uses, launched on first use."""
+        """(services for the job, the lease): the shared service the target's runtime uses (a browser, the
+        emulated ARM64 interpreter), started on first use."""
         from portability.core.target import load_class
 
-        name = load_class(target.runtime)(target.options).browser_service()
-        if not name:
-            return {}, None
-        if self.browsers is None:
-            from portability.web.service import BrowserService
-
-            self.browsers = BrowserService()
-        try:
-            b = self.browsers.lease(webgpu=name == "browser-webgpu")
-        except (OSError, RuntimeError) as e:  # the worker then launches a browser of its own
-            log.warning("shared browser unavailable: %s", e)
-            return {}, None
-        return {name: b.endpoint}, b
+        name = load_class(target.runtime)(target.options).service()
+        endpoint, lease = self.services.lease(name)
+        return ({name: endpoint} if endpoint else {}), lease
 
     def _release(self, lease, wr: WorkerResult) -> None:
-        """A web target that hung, crashed or lost its page may leave the browser unwell: later targets get
-        a fresh one, and this one stops when no running target uses it."""
-        if lease is not None:
-            unwell = wr.status in ("timeout", "crashed") or "crash" in (wr.error or "")
-            self.browsers.release(lease, unwell=unwell)
+        """A target that hung, crashed or lost its page may leave the service unwell: later targets get a
+        fresh one, and this one stops when no running target uses it."""
+        unwell = wr.status in ("timeout", "crashed") or "crash" in (wr.error or "")
+        self.services.release(lease, unwell=unwell)
 
     def close(self) -> None:
-        if self.browsers is not None:
-            self.browsers.close()
+        self.services.close()
+
+    def run_all(self, targets: list[Target]) -> list[TargetResult]:
+        """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
+        (``engine/schedule.py``); the results in the order of ``targets``."""
+        from portability.core.target import load_class
+
+        order = by_cost(targets, lambda t: load_class(t.runtime)(t.options).cost())
+        pool = ThreadPoolExecutor(max_workers=min(len(order), self.gate.threads()) or 1)
+        try:
+            done = dict(zip((t.id for t in order), pool.map(self.run, order)))
+        except BaseException:  # Ctrl-C: stop every worker (they run in sessions of their own)
+            kill_all()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return [done[t.id] for t in targets]
 
     def job(self, target: Target, services: dict[str, str] | None = None) -> Job:
         o = self.opts
@@ -282,17 +288,8 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         if ref.status != "pass":
             why = f"the reference {run.reference} did not run ({ref.status}): nothing to compare with"
             results += [run.run(t, skip_reason=why) for t in rest]
-        elif opts.jobs > 1 and len(rest) > 1:
-            pool = ThreadPoolExecutor(max_workers=opts.jobs)
-            try:
-                results += list(pool.map(run.run, rest))
-            except BaseException:  # Ctrl-C: stop every worker (they run in sessions of their own)
-                kill_all()
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            pool.shutdown()
         else:
-            results += [run.run(t) for t in rest]
+            results += run.run_all(rest)
         notes = list(feeds.warnings) + run.odd_one_out(results, targets)
     finally:
         if run is not None:

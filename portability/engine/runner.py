@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: how long a worker may take to exit after reporting its result
 EXIT_GRACE_S = 15.0
+#: a parked worker (loaded, waiting for its turn to time) is looked at this often; its turn wakes it at once
+PARKED_POLL_S = 0.25
 
 
 def _tree(pid: int):
@@ -118,13 +120,14 @@ class _Watch:
         self.run_started: float | None = None
         self.done_at: float | None = None
         self.peak = 0.0
+        self._sampled = 0.0
         self.procs: list = []
         self.failure: WorkerResult | None = None
         self._buf = b""
 
     def _events(self, sel) -> None:
-        # waiting for the timing slot: look often, every slot handed late is idle time for the whole check
-        for _key, _ in sel.select(timeout=0.01 if self.wait_started is not None else 0.1):
+        # parked, waiting for the timing slot: the gate's turn is awaited below, the pipe only glanced at
+        for _key, _ in sel.select(timeout=0 if self.wait_started is not None else 0.1):
             chunk = os.read(self.proc.stdout.fileno(), 65536)
             if not chunk:
                 sel.unregister(self.proc.stdout)
@@ -160,7 +163,7 @@ class _Watch:
 
     def _go_if_granted(self) -> None:
         """A worker waiting to time gets its go when the gate grants it; the wait is not its run time."""
-        if self.wait_started is None or not self.gate.try_start(self.tid):
+        if self.wait_started is None or not self.gate.wait_start(self.tid, PARKED_POLL_S):
             return
         if self.run_started is not None:
             self.run_started += time.monotonic() - self.wait_started
@@ -190,8 +193,10 @@ class _Watch:
                 self._events(sel)
                 self._go_if_granted()
                 now = time.monotonic()
-                self.procs = _tree(self.proc.pid) or self.procs
-                self.peak = max(self.peak, _rss_mb(self.procs))
+                if self.wait_started is None or now - self._sampled >= PARKED_POLL_S:
+                    self._sampled = now  # a parked worker's memory does not grow: look less often
+                    self.procs = _tree(self.proc.pid) or self.procs
+                    self.peak = max(self.peak, _rss_mb(self.procs))
                 if self.proc.poll() is not None:
                     return
                 if self.done_at is not None and now - self.done_at > EXIT_GRACE_S:

@@ -1,57 +1,113 @@
 """Parallel where it is free, alone where it is timed.
 
-Targets convert, load and run their correctness batches in parallel (``--jobs``, default: the cores).
-Latency is sampled with nothing else running: a worker that is ready to time waits (its model loaded,
-its page open) until every other worker has finished its own work or is waiting too; then the waiting
-workers time one after another, in the order they became ready, and no new target starts meanwhile.
-So a check's latencies are as clean as with ``--jobs 1``, while conversions and loads overlap.
+Targets convert, load and run their correctness batches in parallel: at most ``jobs`` workers work at
+once (``--jobs``, default: the cores). A worker that has done its work and is ready to time does not hold
+its slot: it *parks* — its model loaded, its page open — and the next target starts in its place. Latency
+is sampled with nothing else working: the parked workers time one after another, in the order they became
+ready, once no target is left to start (or once ``parked`` workers wait, which bounds the memory that
+loaded models hold); no target starts while they time. So a check's latencies are as clean as with
+``--jobs 1``, while conversions, loads and correctness runs overlap, and the costly targets start first
+(``by_cost``) so that the cores stay busy to the end.
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
 
+#: memory a parked worker may hold (a loaded model, a browser page), to bound how many park at once
+PARKED_MB = 512
+
+
+def parked_limit(jobs: int) -> int:
+    """How many loaded workers may wait to time at once: 4 per job, at most 16, and what memory allows."""
+    n = min(16, 4 * max(1, jobs))
+    try:
+        import psutil
+
+        n = min(n, int(psutil.virtual_memory().available / 2**20 // PARKED_MB))
+    except Exception:  # psutil missing or /proc unreadable: the count alone
+        pass
+    return max(1, n)
+
+
+def by_cost(targets: list, cost) -> list:
+    """The targets, costliest first (a stable sort: equal costs keep the order asked for)."""
+    return sorted(targets, key=lambda t: -cost(t))
+
 
 class TimingGate:
     """Shared by the threads that drive the workers of one check."""
 
-    def __init__(self):
+    def __init__(self, jobs: int = 1, parked: int | None = None):
+        self.jobs = max(1, jobs)
+        self.parked = max(1, parked if parked is not None else parked_limit(self.jobs))
         self._cv = threading.Condition()
         self._working: set[str] = set()
         self._waiting: deque[str] = deque()
         self._timing: str | None = None
+        self._pending = 0  # threads waiting in admit: targets still to start
+        self._draining = False  # the parked workers time, all of them, before any target starts
+
+    def threads(self) -> int:
+        """Threads the check needs to drive its workers: the working ones and the parked ones."""
+        return self.jobs + self.parked
 
     def admit(self, tid: str) -> None:
-        """Before a target's worker starts: blocks while targets wait to time or one is timing."""
+        """Before a target's worker starts: blocks while ``jobs`` work, while workers time, or while the
+        parked workers are as many as allowed."""
         with self._cv:
-            self._cv.wait_for(lambda: not self._waiting and self._timing is None)
+            self._pending += 1
+            try:
+                self._cv.wait_for(lambda: self._timing is None and not self._draining
+                                  and len(self._working) < self.jobs and len(self._waiting) < self.parked)
+            finally:
+                self._pending -= 1
             self._working.add(tid)
+            self._cv.notify_all()
 
     def ready(self, tid: str) -> None:
-        """The worker finished its work and waits to time."""
+        """The worker finished its work and parks, waiting to time."""
         with self._cv:
             self._working.discard(tid)
             if tid not in self._waiting:
                 self._waiting.append(tid)
+            if len(self._waiting) >= self.parked:
+                self._draining = True
             self._cv.notify_all()
+
+    def _may_time(self, tid: str) -> bool:
+        return (self._timing is None and not self._working and bool(self._waiting) and self._waiting[0] == tid
+                and (self._pending == 0 or self._draining))
 
     def try_start(self, tid: str) -> bool:
         """True when ``tid`` may time now (and is then the one timing)."""
         with self._cv:
-            if self._timing is None and not self._working and self._waiting and self._waiting[0] == tid:
-                self._waiting.popleft()
-                self._timing = tid
-                return True
+            return self._start(tid)
+
+    def wait_start(self, tid: str, timeout: float) -> bool:
+        """``try_start``, waiting up to ``timeout`` seconds for the turn of ``tid``."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._may_time(tid) or tid not in self._waiting, timeout=timeout)
+            return self._start(tid)
+
+    def _start(self, tid: str) -> bool:
+        if not self._may_time(tid):
             return False
+        self._waiting.popleft()
+        self._timing = tid
+        self._draining = True  # the others parked meanwhile time next, before new targets start
+        return True
 
     def finished(self, tid: str) -> None:
-        """The worker ended (done, failed or killed), whatever it was doing."""
+        """The worker ended or stopped timing (done, failed or killed), whatever it was doing."""
         with self._cv:
             self._working.discard(tid)
             if tid in self._waiting:
                 self._waiting.remove(tid)
             if self._timing == tid:
                 self._timing = None
+            if not self._waiting:
+                self._draining = False
             self._cv.notify_all()
 
 
@@ -67,5 +123,9 @@ class NoGate:
     def try_start(self, tid: str) -> bool:
         return True
 
+    def wait_start(self, tid: str, timeout: float) -> bool:
+        return True
+
     def finished(self, tid: str) -> None:
         pass
+

@@ -31,6 +31,7 @@ SERVER = Path(__file__).resolve().parent.parent / "mobile" / "arm64_server.py"
 class _Emulated(Runtime):
     kind = ""
     emulated = True
+    cost_s = 3.0  # an emulated Python and its imports, emulated inference
 
     @classmethod
     def availability(cls) -> Availability:

@@ -41,6 +41,9 @@ class Runtime(ABC):
     emulated: ClassVar[bool] = False
     #: what a disagreement with the reference does (not) mean, for a known-imperfect implementation
     caveat: ClassVar[str | None] = None
+    #: about how many seconds of work a target of this runtime costs on a small model (start-up, imports,
+    #: compilation): the check starts the costly ones first, so that the cores stay busy to the end
+    cost_s: ClassVar[float] = 0.3
 
     #: the target options it reads; any other is a mistake in a target's definition
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
@@ -78,8 +81,13 @@ class Runtime(ABC):
         """Extra plain-JSON facts for the report (bundle used, layout mapping, threads, coverage...)."""
         return {}
 
-    def browser_service(self) -> str | None:
-        """The shared service this runtime would use (a browser flavour), if any: the check starts it."""
+    def cost(self) -> float:
+        """``cost_s``, for this target's options (a software GPU adapter costs more than wasm)."""
+        return self.cost_s
+
+    def service(self) -> str | None:
+        """The shared service this runtime uses, if any (``engine/services.py``: a browser flavour, the
+        emulated ARM64 interpreter): the check starts it once and gives its endpoint in ``services``."""
         return None
 
     def output_quant(self) -> dict[str, dict] | None:

@@ -17,6 +17,7 @@ from portability.runtimes.base import Availability, Runtime, modules_present, ti
 
 class KerasModel(Runtime):
     input_format = "keras"
+    cost_s = 4.0  # importing TensorFlow
 
     @classmethod
     def availability(cls) -> Availability:

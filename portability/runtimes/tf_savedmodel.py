@@ -19,6 +19,7 @@ from portability.runtimes.litert import from_tflite, tflite_io, to_tflite
 
 
 class TfSavedModel(Runtime):
+    cost_s = 4.0  # importing TensorFlow
     input_format = "saved_model"
 
     @classmethod

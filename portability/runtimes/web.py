@@ -83,7 +83,7 @@ class WebRuntime(Runtime):
 
         return web_availability(cls.packages)
 
-    def browser_service(self) -> str | None:
+    def service(self) -> str | None:
         return "browser-webgpu" if self.uses_webgpu() else "browser"
 
     @classmethod
@@ -92,6 +92,11 @@ class WebRuntime(Runtime):
 
     def uses_webgpu(self) -> bool:
         return False
+
+    def cost(self) -> float:
+        # a page, the engine's wasm compile; a software GPU adapter compiles its shaders on the CPU
+        gpu = self.uses_webgpu() or "webgl" in str(self.backend_requested() or "")
+        return 2.0 + (2.5 if self.uses_webgpu() else 1.0 if gpu else 0.0)
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         """Engine-specific page configuration (merged into the ``harness.setup`` argument)."""
@@ -125,7 +130,7 @@ class WebRuntime(Runtime):
                                          module_dirs=self.served_dirs()).start()
             model_url = self._server.serve_artifact(artifact.folder) + artifact.path.name
             cfg = {"engine": self.engine, "modules": self._server.base + "m/", "model": model_url, **self.page_config(artifact)}
-            endpoint = self._browser_endpoint = self.services.get(self.browser_service())
+            endpoint = self._browser_endpoint = self.services.get(self.service())
             self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console, endpoint=endpoint).start()
             self._browser.new_page(self._server.base + "h/index.html")
             self._browser.page.wait_for_function("() => window.harness !== undefined")
