@@ -40,6 +40,14 @@ def timed(cmd: list[str], env: dict | None = None) -> float:
     return dt
 
 
+def _counts(report: Path) -> tuple[int, int]:
+    import json
+
+    targets = json.loads(report.read_text())["targets"]
+    skipped = sum(t["status"] == "skipped" for t in targets)
+    return len(targets) - skipped, skipped
+
+
 def main() -> None:
     import os
 
@@ -50,9 +58,16 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="an empty artifact cache for every round of A")
     ap.add_argument("--jobs", type=int, default=None, help="--jobs for A (default: the tool's default)")
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
     cache = Path(tempfile.mkdtemp(prefix="bench-check-cache-"))
-    env = dict(os.environ, PORTABILITY_CACHE_DIR=str(cache), PORTABILITY_DATA_DIR=str(cache / "data"))
-    check = [sys.executable, "-m", "portability", "check", args.model, "--targets", args.targets, "-q", "--no-history"]
+    # a private artifact cache, but the ARM64 emulator the user provisioned (it lives in the default cache)
+    from portability.mobile import arm64
+
+    env = dict(os.environ, PORTABILITY_CACHE_DIR=str(cache), PORTABILITY_DATA_DIR=str(cache / "data"),
+               PORTABILITY_ARM64_DIR=str(arm64.home()))
+    report = cache / "report.json"
+    check = [sys.executable, "-m", "portability", "check", args.model, "--targets", args.targets, "-q", "--no-history",
+             "--json", str(report)]
     if args.jobs:
         check += ["--jobs", str(args.jobs)]
     polygraphy = shutil.which("polygraphy")
@@ -60,17 +75,20 @@ def main() -> None:
     try:
         if not args.cold:
             timed(check, env)  # fill the cache
+        ran, skipped = _counts(report) if report.is_file() else ("?", "?")
         a, b = [], []
         for i in range(args.rounds):
             if args.cold:
                 shutil.rmtree(cache, ignore_errors=True)
             a.append(timed(check, env))
+            ran, skipped = _counts(report)
             b.append(timed(bare))
             print(f"round {i + 1}: check {a[-1]:.1f} s, {'polygraphy' if polygraphy else 'bare onnxruntime'} {b[-1]:.2f} s", flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     ma, mb = statistics.median(a), statistics.median(b)
-    print(f"\n{'cold' if args.cold else 'warm'} cache, {args.targets}: check median {ma:.1f} s (min {min(a):.1f}, max {max(a):.1f}); "
+    print(f"\n{ran} targets ran, {skipped} skipped (not available here)")
+    print(f"{'cold' if args.cold else 'warm'} cache, {args.targets}: check median {ma:.1f} s (min {min(a):.1f}, max {max(a):.1f}); "
           f"{'polygraphy run --onnxrt' if polygraphy else 'bare onnxruntime session'} median {mb:.2f} s; ratio {ma / mb:.1f}x")
 
 

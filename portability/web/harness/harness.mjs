@@ -90,9 +90,16 @@ async function time(spec) {
         await engine.step(prepared);
         warm++;
       }
+      // calibration: enough runs to tell whether one run is shorter than minSampleMs, no more (a slow
+      // engine, such as a software GPU adapter, needs one sample per run and no calibration at length)
       const c0 = performance.now();
-      for (let i = 0; i < CALIBRATION_RUNS; i++) await engine.step(prepared);
-      const per = (performance.now() - c0) / CALIBRATION_RUNS;
+      let calibration = 0;
+      while (calibration < CALIBRATION_RUNS
+             && (calibration < 2 || performance.now() - c0 < CALIBRATION_RUNS * spec.minSampleMs)) {
+        await engine.step(prepared);
+        calibration++;
+      }
+      const per = (performance.now() - c0) / calibration;
       const batch = Math.max(1, Math.min(1000, Math.ceil(spec.minSampleMs / Math.max(per, 1e-3))));
       const ms = [];
       for (let i = 0; i < spec.runs; i++) {
@@ -100,7 +107,7 @@ async function time(spec) {
         for (let j = 0; j < batch; j++) await engine.step(prepared);
         ms.push((performance.now() - t0) / batch);
       }
-      return {ms, timing: {batch, warmup_runs: warm + CALIBRATION_RUNS}, info: engine.info()};
+      return {ms, timing: {batch, warmup_runs: warm + calibration}, info: engine.info()};
     } finally {
       engine.release(prepared);
       prepared = null;
