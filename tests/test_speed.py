@@ -105,6 +105,47 @@ def test_parked_workers_time_before_more_targets_start_when_too_many_wait():
     assert admitted.wait(5)
 
 
+def test_a_worker_waiting_for_a_conversion_gives_its_slot_back():
+    from portability.engine.schedule import TimingGate
+
+    g = TimingGate(jobs=1, parked=8)
+    g.admit("a")
+    admitted = _admit_later(g, "b")
+    assert not admitted.is_set()
+    g.blocked("a", True)  # a waits for b's conversion... which b can now run
+    assert admitted.wait(5)
+    g.blocked("a", False)  # the conversion is there: a works again at once, beside b
+    g.ready("b")
+    assert not g.try_start("b")  # a works: nobody times
+    g.ready("a")
+    assert g.try_start("b")
+
+
+def test_a_conversion_another_process_holds_is_awaited_and_announced(tmp_path):
+    import fcntl
+
+    from portability.converters.base import ConvertContext
+    from portability.converters.onnx_snapshot import OnnxFromOnnx
+    from portability.core.artifact import Artifact
+    from portability.engine.cache import Cache, cache_key
+
+    src = Artifact(path=FIXTURES / "mlp.onnx", format="onnx", sha256="abc")
+    conv, ctx = OnnxFromOnnx(), ConvertContext()
+    key = cache_key(src, conv, {}, ctx)
+    lock_file = tmp_path / "artifacts" / key[:2] / f".{key}.lock"
+    lock_file.parent.mkdir(parents=True)
+    waits: list[bool] = []
+    waiting = threading.Event()
+    with open(lock_file, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another target converts
+        t = threading.Thread(target=lambda: Cache(tmp_path).convert(
+            conv, src, {}, ctx, on_wait=lambda w: (waits.append(w), waiting.set())))
+        t.start()
+        assert waiting.wait(30) and waits == [True]
+    t.join(60)
+    assert waits == [True, False]
+
+
 def test_the_costliest_targets_start_first():
     from portability.core.target import load_class
     from portability.engine import schedule

@@ -26,6 +26,9 @@ class Phase(str, Enum):
 
     START = "start"
     CONVERT = "convert"
+    #: waiting for a conversion another target is running (one onnx2tf run for many targets): it works
+    #: on nothing meanwhile, so it holds no job slot
+    BLOCKED = "blocked"
     LOAD = "load"
     INFER = "infer"
     #: ready to time; waits for the parent's go (a line on its stdin) so that it times alone
@@ -45,7 +48,7 @@ class Phase(str, Enum):
         return _LABELS[self]
 
 
-_LABELS = {Phase.START: "starting", Phase.CONVERT: "converting", Phase.LOAD: "loading", Phase.INFER: "running",
+_LABELS = {Phase.START: "starting", Phase.CONVERT: "converting", Phase.BLOCKED: "waiting for a conversion", Phase.LOAD: "loading", Phase.INFER: "running",
            Phase.WAIT: "waiting to time", Phase.TIME: "timing", Phase.CLOSE: "closing", Phase.DONE: "done"}
 
 

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -25,6 +25,20 @@ from portability.converters.base import ConvertContext, Converter
 from portability.core.artifact import META_FILE, Artifact, sha256_files, write_meta
 
 log = logging.getLogger(__name__)
+
+
+def _lock(f, on_wait: Callable[[bool], None] | None) -> None:
+    """An exclusive lock on ``f``, telling ``on_wait`` when another process holds it."""
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    if on_wait:
+        on_wait(True)
+    fcntl.flock(f, fcntl.LOCK_EX)
+    if on_wait:
+        on_wait(False)
 
 
 def default_root() -> Path:
@@ -75,11 +89,13 @@ class Cache:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
-    def convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext) -> tuple[Artifact, bool]:
+    def convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext,
+                on_wait: Callable[[bool], None] | None = None) -> tuple[Artifact, bool]:
         """The converted artifact and whether it came from the cache.
 
         Targets checked in parallel often need the same conversion (every TFLite variant starts from one
-        onnx2tf run): the first takes the entry's lock and converts, the others wait and reuse it."""
+        onnx2tf run): the first takes the entry's lock and converts, the others wait and reuse it
+        (``on_wait(True)`` when such a wait begins, ``on_wait(False)`` when it ends)."""
         key = cache_key(src, conv, options, ctx)
         if not self.use:
             return self._convert(conv, src, options, ctx, key, None)
@@ -89,7 +105,7 @@ class Cache:
             return hit, True
         entry.parent.mkdir(parents=True, exist_ok=True)
         with open(entry.parent / f".{key}.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when this process dies
+            _lock(lock, on_wait)  # released when the file closes, or when this process dies
             hit = self._cached(entry)
             if hit is not None:
                 return hit, True

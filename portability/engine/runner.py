@@ -143,17 +143,23 @@ class _Watch:
                     self._lap()
                     self.done_at = time.monotonic()
                 elif phase is not self.phase:
-                    self._lap()
-                    self.phase = phase
-                    if phase.running and self.run_started is None:
-                        self.run_started = time.monotonic()
-                    if phase is Phase.WAIT:
-                        self.wait_started = time.monotonic()
-                        self.gate.ready(self.tid)
-                    elif phase is Phase.CLOSE:
-                        self.gate.finished(self.tid)
-                    if self.on_phase:
-                        self.on_phase(phase)
+                    self._enter(phase)
+
+    def _enter(self, phase: Phase) -> None:
+        """A new phase: account the last one's time, tell the gate what the worker now holds."""
+        self._lap()
+        previous, self.phase = self.phase, phase
+        if phase.running and self.run_started is None:
+            self.run_started = time.monotonic()
+        if phase is Phase.BLOCKED or previous is Phase.BLOCKED:
+            self.gate.blocked(self.tid, phase is Phase.BLOCKED)
+        if phase is Phase.WAIT:
+            self.wait_started = time.monotonic()
+            self.gate.ready(self.tid)
+        elif phase is Phase.CLOSE:
+            self.gate.finished(self.tid)
+        if self.on_phase:
+            self.on_phase(phase)
 
     def _lap(self) -> None:
         now = time.monotonic()
@@ -178,7 +184,7 @@ class _Watch:
         lim, phase = self.limits, self.phase.value
         if lim.memory_mb and self.peak > lim.memory_mb:
             return WorkerResult.failed("crashed", f"killed: used {self.peak:.0f} MB of memory in phase '{phase}', over the {lim.memory_mb:.0f} MB limit")
-        if self.done_at is None and self.phase in (Phase.START, Phase.CONVERT) and now - self.started > lim.convert_timeout_s:
+        if self.done_at is None and self.phase in (Phase.START, Phase.CONVERT, Phase.BLOCKED) and now - self.started > lim.convert_timeout_s:
             return WorkerResult.failed("timeout", f"conversion took longer than {lim.convert_timeout_s:g} s (killed after {now - self.started:.0f} s)")
         if self.done_at is None and self.run_started is not None and self.wait_started is None \
                 and now - self.run_started > lim.run_timeout_s:

@@ -43,6 +43,7 @@ class TimingGate:
         self.parked = max(1, parked if parked is not None else parked_limit(self.jobs))
         self._cv = threading.Condition()
         self._working: set[str] = set()
+        self._blocked: set[str] = set()  # waiting for another worker's conversion
         self._waiting: deque[str] = deque()
         self._timing: str | None = None
         self._pending = 0  # threads waiting in admit: targets still to start
@@ -75,8 +76,21 @@ class TimingGate:
                 self._draining = True
             self._cv.notify_all()
 
+    def blocked(self, tid: str, waiting: bool) -> None:
+        """The worker waits for a conversion another one runs (``waiting``): it gives its slot to the next
+        target; when the conversion is there it works again at once (the cores are shared a while)."""
+        with self._cv:
+            if waiting and tid in self._working:
+                self._working.discard(tid)
+                self._blocked.add(tid)
+            elif not waiting and tid in self._blocked:
+                self._blocked.discard(tid)
+                self._working.add(tid)
+            self._cv.notify_all()
+
     def _may_time(self, tid: str) -> bool:
-        return (self._timing is None and not self._working and bool(self._waiting) and self._waiting[0] == tid
+        return (self._timing is None and not self._working and not self._blocked and bool(self._waiting)
+                and self._waiting[0] == tid
                 and (self._pending == 0 or self._draining))
 
     def try_start(self, tid: str) -> bool:
@@ -102,6 +116,7 @@ class TimingGate:
         """The worker ended or stopped timing (done, failed or killed), whatever it was doing."""
         with self._cv:
             self._working.discard(tid)
+            self._blocked.discard(tid)
             if tid in self._waiting:
                 self._waiting.remove(tid)
             if self._timing == tid:
@@ -122,6 +137,9 @@ class NoGate:
 
     def try_start(self, tid: str) -> bool:
         return True
+
+    def blocked(self, tid: str, waiting: bool) -> None:
+        pass
 
     def wait_start(self, tid: str, timeout: float) -> bool:
         return True

@@ -59,7 +59,11 @@ def _convert(job: Job, feeds: dict[str, np.ndarray], events: _Events, p: _Progre
         conv = load_class(conv_path)()
         events.phase(Phase.CONVERT, step=conv.name())
         t0 = time.perf_counter()
-        art, hit = cache.convert(conv, art, options, ctx)
+
+        def blocked(waiting: bool, step: str = conv.name()) -> None:
+            events.phase(Phase.BLOCKED if waiting else Phase.CONVERT, step=step)
+
+        art, hit = cache.convert(conv, art, options, ctx, on_wait=blocked)
         p.conversions.append(ConversionStep(f"{conv.name()} {conv.version()}", hit, round(time.perf_counter() - t0, 3),
                                             conv.shapes_used(ctx)))
     p.fields["artifact"] = {"format": art.format, "sha256": art.sha256, **size_info(art.files())}
