@@ -237,7 +237,7 @@ class Connection:
             while cid not in self._replies:
                 self._pump(deadline, abort)
         except TimeoutError:
-            raise TimeoutError(f"{self._pending.get(cid)}: no reply within {timeout:g} s") from None
+            raise TimeoutError(f"{self._pending.get(cid)}: no reply within {timeout} s") from None
         method = self._pending.pop(cid, "?")
         reply = self._replies.pop(cid)
         if "error" in reply:
