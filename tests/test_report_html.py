@@ -29,6 +29,13 @@ _WHY = _browser_missing()
 pytestmark = [pytest.mark.web, pytest.mark.skipif(_WHY is not None, reason=f"browser missing: {_WHY}")]
 
 
+#: every figure's title, its plot's size and how many shapes the plot has
+FIGURES = """() => [...document.querySelectorAll('figure')].map(f => {
+  const s = f.querySelector('svg'); const r = s ? s.getBoundingClientRect() : {width: 0, height: 0};
+  return {title: f.querySelector('figcaption').textContent, w: r.width, h: r.height,
+          shapes: s ? s.querySelectorAll('path, rect, use').length : 0}; })"""
+
+
 @pytest.fixture
 def artifacts(tmp_path) -> Path:
     d = Path(os.environ.get("PORTABILITY_TEST_ARTIFACTS") or tmp_path / "artifacts")
@@ -50,6 +57,36 @@ def _ink(png: bytes) -> float:
     return float((np.abs(flat - bg).sum(axis=1) > 60).mean())
 
 
+def _render(html: Path) -> tuple[list[str], list[dict], dict[str, bytes], bytes]:
+    """Open the report in Chromium (driven by Playwright, for its screenshots): the resources it fetched,
+    its figures' sizes, a screenshot of each plot and one of the whole page."""
+    import shutil
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    from portability.web.chromium import ARGS, short_tmp
+    from portability.web.paths import chromium_path
+
+    profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=short_tmp())
+    try:
+        with sync_playwright() as pw:
+            ctx = pw.chromium.launch_persistent_context(profile, executable_path=chromium_path(), headless=True, args=ARGS,
+                                                        env={**os.environ, "TMPDIR": profile})
+            try:
+                page = ctx.new_page()
+                page.set_viewport_size({"width": 1280, "height": 900})
+                page.goto(html.as_uri())
+                fetched = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
+                figs = page.evaluate(FIGURES)
+                shots = {fig["title"]: page.locator("figure").nth(i).locator("svg").screenshot() for i, fig in enumerate(figs)}
+                return fetched, figs, shots, page.screenshot(full_page=True)
+            finally:
+                ctx.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
 def test_html_report_renders_its_plots_in_chromium(tmp_path, artifacts, monkeypatch):
     monkeypatch.setenv("PORTABILITY_DATA_DIR", str(tmp_path / "data"))
     html = tmp_path / "report.html"
@@ -57,23 +94,7 @@ def test_html_report_renders_its_plots_in_chromium(tmp_path, artifacts, monkeypa
                 "server/ort-cpu-noopt,server/onnx-reference,test/noisy", "--gate", "-test/noisy", "--runs", "20",
                 "--html", str(html), "--json", str(tmp_path / "r.json"), env={"PORTABILITY_TEST_TARGETS": "1"})
     assert p.returncode == 0, p.stderr
-    from portability.web.browser import Browser
-
-    b = Browser().start()
-    try:
-        page = b.new_page(html.as_uri())
-        page.set_viewport_size({"width": 1280, "height": 900})
-        fetched = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
-        figs = page.evaluate("""() => [...document.querySelectorAll('figure')].map(f => {
-            const s = f.querySelector('svg'); const r = s ? s.getBoundingClientRect() : {width: 0, height: 0};
-            return {title: f.querySelector('figcaption').textContent, w: r.width, h: r.height,
-                    shapes: s ? s.querySelectorAll('path, rect, use').length : 0}; })""")
-        shots = {}
-        for i, fig in enumerate(figs):
-            shots[fig["title"]] = page.locator("figure").nth(i).locator("svg").screenshot()
-        full = page.screenshot(full_page=True)
-    finally:
-        b.close()
+    fetched, figs, shots, full = _render(html)
     (artifacts / "report.png").write_bytes(full)
     for title, png in shots.items():
         (artifacts / f"plot-{title.lower().replace(' ', '-')}.png").write_bytes(png)

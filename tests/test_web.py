@@ -212,21 +212,56 @@ def test_large_model_is_fetched_by_the_page(tmp_path):
 
 @needs_browser
 def test_browser_crash_is_a_run_error_saying_so(tmp_path):
-    from playwright.sync_api import Error as PlaywrightError
-
     from portability.core.errors import RunError
     from portability.runtimes.ort_web import OrtWeb
+    from portability.web.browser import BrowserCrashed, PageError
 
     model = one_op(tmp_path / "relu" / "model.onnx", "Relu", [1, 4])
     rt = OrtWeb({"ep": "wasm"})
     try:
         rt.load(artifact(model))
-        with pytest.raises(PlaywrightError):
-            rt._browser.page.goto("chrome://crash", timeout=10_000)  # kills the renderer for real
+        with pytest.raises((BrowserCrashed, PageError)):
+            rt._browser.goto("chrome://crash", timeout_s=10)  # kills the renderer for real
         with pytest.raises(RunError, match="browser crashed"):
             rt.infer({"x": np.ones((1, 4), np.float32)})
     finally:
         rt.close()
+
+
+@needs_browser
+def test_browsers_on_a_shared_chromium_are_isolated_and_report_page_errors(tmp_path):
+    """Over the DevTools protocol: a fresh context per Browser, console lines and page exceptions kept,
+    a thrown error surfacing with its JS message, and closing that leaves the shared browser running."""
+    from portability.web.browser import Browser, PageError
+    from portability.web.server import HarnessServer
+    from portability.web.service import BrowserService
+
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "index.html").write_text("<script>console.warn('ready'); setTimeout(() => { throw new TypeError('late') })</script>")
+    svc = BrowserService()
+    try:
+        endpoint = svc.lease(False).endpoint
+        with HarnessServer(tmp_path / "h", tmp_path) as srv:
+            a, b = Browser(endpoint=endpoint).start(), Browser(endpoint=endpoint, console_filter=lambda k, t: k != "warning").start()
+            try:
+                for br in (a, b):
+                    br.new_page(srv.base + "h/index.html")
+                a.call("v => localStorage.setItem('k', v)", "from a")
+                assert b.call("() => localStorage.getItem('k')") is None  # separate browser contexts
+                assert a.call("async x => ({y: x.n * 2, s: 'é'.repeat(3)})", {"n": 21}) == {"y": 42, "s": "ééé"}
+                with pytest.raises(PageError, match="RangeError: too far"):
+                    a.call("() => { throw new RangeError('too far') }")
+                a.wait_for("() => document.readyState === 'complete'")
+                a.call("() => new Promise((r) => setTimeout(r, 50))")
+                assert ("warning", "ready") in a.console and ("pageerror", "TypeError: late") in a.console
+                assert not [k for k, _ in b.console if k == "warning"]  # the filter dropped it
+            finally:
+                a.close()
+                a.close()  # idempotent
+                b.close()
+        assert svc.lease(False).endpoint == endpoint  # the shared browser lives on
+    finally:
+        svc.close()
 
 
 @needs_browser

@@ -64,10 +64,10 @@ class WebHang(_WebTesting, _ort_web()):
 
 class WebCrash(_WebTesting, _ort_web()):
     def _misbehave(self) -> None:
-        from playwright.sync_api import Error
+        from portability.web.browser import BrowserCrashed, PageError
 
         try:
-            self._browser.page.goto("chrome://crash", timeout=10_000)  # its renderer process dies
-        except Error:
+            self._browser.goto("chrome://crash", timeout_s=10)  # its renderer process dies
+        except (BrowserCrashed, PageError):
             pass
         self._browser.call("() => 1")

@@ -133,7 +133,7 @@ class WebRuntime(Runtime):
             endpoint = self._browser_endpoint = self.services.get(self.service())
             self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console, endpoint=endpoint).start()
             self._browser.new_page(self._server.base + "h/index.html")
-            self._browser.page.wait_for_function("() => window.harness !== undefined")
+            self._browser.wait_for("() => window.harness !== undefined")
             self._browser_name = self._browser.call(_BROWSER_VERSION)
             res = self._browser.call("cfg => harness.setup(cfg)", cfg)
         except BaseException:

@@ -1,4 +1,5 @@
 """The web platform's machinery: a loopback HTTP server, headless Chromium, and the page harness.
 
-Nothing here imports playwright at module level; ``portability.runtimes.web`` drives it.
+Chromium is driven over the DevTools protocol by a standard-library client (``cdp.py``); nothing here
+imports a heavy package.
 """

@@ -4,7 +4,6 @@ Checks here are file checks only, so ``availability()`` stays cheap.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -36,13 +35,11 @@ def package_version(package: str) -> str:
 
 
 def web_availability(packages: dict[str, str]) -> Availability:
-    """Chromium, the Python playwright driver and the npm packages (package -> a file that must exist in
-    it: a partial install is a missing one), by file checks only."""
+    """Chromium and the npm packages (package -> a file that must exist in it: a partial install is a
+    missing one), by file checks only. The browser is driven over the DevTools protocol by
+    ``web/cdp.py`` (standard library only)."""
     if not os.access(chromium_path(), os.X_OK):
         return Availability(False, f"Chromium not found at {chromium_path()}", "apt-get install -y chromium")
-    if importlib.util.find_spec("playwright") is None:
-        return Availability(False, "Python package 'playwright' is not installed",
-                            "pip install playwright  (no `playwright install`: the Debian chromium is used)")
     mods = modules_dir()
     for pkg, required in packages.items():
         if not (mods / pkg / required).is_file():

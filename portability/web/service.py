@@ -9,59 +9,11 @@ that a killed worker left with a hung page, is replaced for the targets after it
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import threading
-import time
-from pathlib import Path
 
-from portability.web.browser import ARGS, WEBGPU_ARGS, short_tmp
-from portability.web.paths import chromium_path
+from portability.web.chromium import Chromium
 
 log = logging.getLogger(__name__)
-
-START_TIMEOUT_S = 30.0
-
-
-class _Chromium:
-    def __init__(self, webgpu: bool):
-        self.profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=short_tmp())
-        args = [chromium_path(), "--headless=new", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-                f"--user-data-dir={self.profile}", *ARGS, *(WEBGPU_ARGS if webgpu else []), "about:blank"]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     env={**os.environ, "TMPDIR": self.profile}, start_new_session=True)
-        self.endpoint = self._wait_endpoint()
-
-    def _wait_endpoint(self) -> str:
-        port_file = Path(self.profile) / "DevToolsActivePort"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Chromium exited at start (code {self.proc.returncode})")
-            try:
-                port = port_file.read_text().split()[0]
-                return f"http://127.0.0.1:{int(port)}"
-            except (OSError, IndexError, ValueError):
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"Chromium did not open its DevTools port within {START_TIMEOUT_S:g} s")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and every renderer / GPU process it started
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        shutil.rmtree(self.profile, ignore_errors=True)
 
 
 class BrowserService:
@@ -71,25 +23,25 @@ class BrowserService:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._current: dict[bool, _Chromium] = {}
-        self._users: dict[_Chromium, int] = {}
-        self._retired: set[_Chromium] = set()
+        self._current: dict[bool, Chromium] = {}
+        self._users: dict[Chromium, int] = {}
+        self._retired: set[Chromium] = set()
         self.launches = 0
 
-    def lease(self, webgpu: bool) -> _Chromium:
+    def lease(self, webgpu: bool) -> Chromium:
         with self._lock:
             b = self._current.get(webgpu)
             if b is not None and not b.alive():
                 self._retire(b)
                 b = None
             if b is None:
-                b = self._current[webgpu] = _Chromium(webgpu)
+                b = self._current[webgpu] = Chromium(webgpu)
                 self.launches += 1
                 log.info("launched shared Chromium (%s) at %s", "webgpu" if webgpu else "plain", b.endpoint)
             self._users[b] = self._users.get(b, 0) + 1
             return b
 
-    def release(self, b: _Chromium, unwell: bool = False) -> None:
+    def release(self, b: Chromium, unwell: bool = False) -> None:
         """Give a lease back; ``unwell``: its target hung, crashed or lost its page (retire the browser)."""
         with self._lock:
             self._users[b] = self._users.get(b, 1) - 1
@@ -99,7 +51,7 @@ class BrowserService:
         if stop:
             b.stop()
 
-    def _retire(self, b: _Chromium) -> None:
+    def _retire(self, b: Chromium) -> None:
         for k, v in list(self._current.items()):
             if v is b:
                 del self._current[k]

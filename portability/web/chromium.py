@@ -1,0 +1,94 @@
+"""Launching headless Debian Chromium with its DevTools port open: the flags every web target uses, a
+fresh temporary profile per browser, and a stop that takes every process the browser started with it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from portability.web.paths import chromium_path
+
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-background-timer-throttling",
+    "--disable-renderer-backgrounding",
+    "--disable-dev-shm-usage",
+]
+WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-webgpu-adapter=swiftshader"]
+
+START_TIMEOUT_S = 30.0
+
+
+def short_tmp() -> str | None:
+    """The temp folder, unless its path is too long for Chromium's socket path (108 bytes): then /tmp."""
+    tmp = tempfile.gettempdir()
+    if len(tmp) <= 48 or not os.access("/tmp", os.W_OK):
+        return tmp
+    return "/tmp"
+
+
+class Chromium:
+    """A running headless Chromium in a fresh profile; ``endpoint`` is its DevTools HTTP address
+    (``http://127.0.0.1:PORT``). ``stop()`` kills its whole process group and removes the profile."""
+
+    def __init__(self, webgpu: bool = False, extra_args: list[str] | None = None):
+        self.profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=short_tmp())
+        args = [chromium_path(), "--headless=new", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
+                f"--user-data-dir={self.profile}", *ARGS, *(WEBGPU_ARGS if webgpu else []), *(extra_args or []),
+                "about:blank"]
+        try:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, start_new_session=True,
+                                         env={**os.environ, "TMPDIR": self.profile})  # keeps its socket path short
+        except BaseException:
+            shutil.rmtree(self.profile, ignore_errors=True)
+            raise
+        try:
+            self.endpoint = self._wait_endpoint()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_endpoint(self) -> str:
+        port_file = Path(self.profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Chromium exited at start (code {self.proc.returncode})")
+            try:
+                port = port_file.read_text().split()[0]
+                return f"http://127.0.0.1:{int(port)}"
+            except (OSError, IndexError, ValueError):
+                time.sleep(0.02)
+        raise RuntimeError(f"Chromium did not open its DevTools port within {START_TIMEOUT_S:g} s")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and every renderer / GPU process it started
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        shutil.rmtree(self.profile, ignore_errors=True)
