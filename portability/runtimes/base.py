@@ -112,6 +112,10 @@ class Runtime(ABC):
         browser page, an emulator)."""
         return [self.infer(b) for b in batches]
 
+    def warm_up(self, feeds: dict[str, np.ndarray], warmup: int) -> None:
+        """Warm up before the target's turn to time, while other targets work (``time`` may then warm up
+        less). Override where warming takes long (a browser page's JIT); the default does nothing."""
+
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         """Milliseconds per inference over ``runs`` runs after ``warmup`` runs.
 

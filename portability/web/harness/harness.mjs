@@ -79,23 +79,43 @@ async function inferMany(spec) {
 // `batch` consecutive runs, so that sub-millisecond models are measured, not quantized.
 const CALIBRATION_RUNS = 20;
 
+async function warmUp(spec) {
+  const w0 = performance.now();
+  let warm = 0;
+  while (warm < spec.warmup || performance.now() - w0 < spec.minWarmupMs) {
+    await engine.step(prepared);
+    warm++;
+  }
+  return warm;
+}
+
+// The warm-up alone, before the target's turn to time (while other targets work): time() then only
+// re-warms briefly. Returns the runs done.
+async function warm(spec) {
+  return guard('time', async () => {
+    const feeds = await fetchTensors(spec.feeds);
+    prepared = engine.prepare(feeds);
+    try {
+      return {runs: await warmUp(spec)};
+    } finally {
+      engine.release(prepared);
+      prepared = null;
+    }
+  });
+}
+
 async function time(spec) {
   return guard('time', async () => {
     const feeds = await fetchTensors(spec.feeds);
     prepared = engine.prepare(feeds);
     try {
-      const w0 = performance.now();
-      let warm = 0;
-      while (warm < spec.warmup || performance.now() - w0 < spec.minWarmupMs) {
-        await engine.step(prepared);
-        warm++;
-      }
-      // calibration: enough runs to tell whether one run is shorter than minSampleMs, no more (a slow
-      // engine, such as a software GPU adapter, needs one sample per run and no calibration at length)
+      const warm = await warmUp(spec);
+      // calibration: enough runs to tell whether one run is shorter than minSampleMs, no more (one run of
+      // a slow engine, such as a software GPU adapter, already says: one sample per run)
       const c0 = performance.now();
       let calibration = 0;
       while (calibration < CALIBRATION_RUNS
-             && (calibration < 2 || performance.now() - c0 < CALIBRATION_RUNS * spec.minSampleMs)) {
+             && (calibration < 1 || performance.now() - c0 < CALIBRATION_RUNS * spec.minSampleMs)) {
         await engine.step(prepared);
         calibration++;
       }
@@ -123,4 +143,4 @@ async function close() {
   });
 }
 
-window.harness = {setup, infer, inferMany, time, close, isolated: () => self.crossOriginIsolated === true};
+window.harness = {setup, infer, inferMany, warm, time, close, isolated: () => self.crossOriginIsolated === true};
