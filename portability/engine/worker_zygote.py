@@ -10,8 +10,10 @@ Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start
 (its import starts a thread). OpenBLAS starts its threads when numpy is imported: the zygote runs with
 ``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread count a fresh interpreter would have chosen from
 the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
-``LD_*``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the parent starts a job
-whose environment differs from the zygote's in one of them as a fresh interpreter (``startup_env``).
+``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the
+parent starts a job whose environment differs from the zygote's in one of them as a fresh interpreter
+(``startup_env``). No module imported here reads the environment at import time (the worker's job
+environment is read when used).
 
 It stops on end of file on the control socket (its parent closed it, or died), when its parent process
 changes (looked at every second) and on SIGTERM; stopping kills the process group of every worker it has.
@@ -37,8 +39,10 @@ PRELOAD = ("numpy", "portability.core.protocol", "portability.engine.worker", "p
            "portability.core.errors", "portability.runtimes.base", "portability.metrics.latency")
 #: never in the zygote: heavy, and they start threads (only the targets that need them import them)
 NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
-#: variables read when an interpreter or a preloaded library starts: a job that changes one needs a fresh one
-STARTUP_PREFIXES = ("PYTHON", "LD_", "OPENBLAS_", "GOTO_", "OMP_", "MKL_", "NPY_", "NUMPY_", "MALLOC_", "GLIBC_")
+#: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
+#: encodings, the dynamic loader, malloc, numpy, OpenBLAS): a job that changes one needs a fresh interpreter
+STARTUP_PREFIXES = ("PYTHON", "LD_", "OPENBLAS_", "GOTO_", "OMP_", "MKL_", "NPY_", "NUMPY_", "MALLOC_", "GLIBC_", "LC_")
+STARTUP_VARS = ("LANG", "HOME", "TZ")
 #: ...except the BLAS thread counts, which every worker applies itself (see ``_blas_threads_for``)
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 #: the largest request (its environment, mostly) the zygote reads
@@ -98,7 +102,9 @@ def _blas_threads_for(env: dict[str, str]) -> int:
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and k not in BLAS_THREAD_VARS}
+    """The part of ``env`` a forked worker cannot change."""
+    return {k: v for k, v in env.items()
+            if (k.startswith(STARTUP_PREFIXES) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS}
 
 
 # -- the zygote -------------------------------------------------------------------------------------------
