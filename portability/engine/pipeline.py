@@ -292,6 +292,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             results += run.run_all(rest)
         notes = list(feeds.warnings) + run.odd_one_out(results, targets)
     finally:
+        portability.engine.runner.shutdown()  # the pre-imported worker pool
         if run is not None:
             run.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from portability.core.protocol import Job, Phase, WorkerResult
+from portability.engine import worker_pool
 from portability.engine.options import Limits
 from portability.engine.schedule import NoGate
 
@@ -91,15 +92,32 @@ _LIVE: set[subprocess.Popen] = set()
 def kill_all() -> None:
     for proc in list(_LIVE):
         _kill_tree(proc)
+    worker_pool.shutdown()
 
 
-def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen:
+def shutdown() -> None:
+    """The end of a check: stop the pre-started worker pool (``engine/worker_pool.py``) if one runs."""
+    worker_pool.shutdown()
+
+
+def worker_env() -> dict[str, str]:
+    """A worker's environment: this process's, with this environment's tools first on PATH and this
+    portability first on PYTHONPATH."""
     env = dict(os.environ)
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")  # console tools of this environment (onnxsim...)
     # the worker imports the same portability as this process, whatever is installed elsewhere
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen | worker_pool.PooledProcess:
+    """The job's worker: forked from the pre-imported pool, else (pool off or unavailable) a fresh interpreter."""
+    env = worker_env()
+    proc = worker_pool.spawn(job_file, log_file, env)
+    if proc is not None:
+        return proc
     with open(log_file, "wb") as errf:
         return subprocess.Popen([sys.executable, "-m", "portability.engine.worker", str(job_file)],
                                 stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.PIPE,
@@ -110,12 +128,12 @@ class _Watch:
     """Reads a worker's phase events and enforces its limits; ``failure`` is set when it was killed."""
 
     def __init__(self, proc: subprocess.Popen, limits: Limits, on_phase: Callable[[Phase], None] | None,
-                 gate=None, tid: str = ""):
+                 gate=None, tid: str = "", started: float | None = None):
         self.proc, self.limits, self.on_phase = proc, limits, on_phase
         self.gate, self.tid = gate or NoGate(), tid
         self.wait_started: float | None = None
         self.phases_s: dict[str, float] = {}
-        self._phase_t0 = self.started = time.monotonic()
+        self._phase_t0 = self.started = time.monotonic() if started is None else started
         self.phase = Phase.START
         self.run_started: float | None = None
         self.done_at: float | None = None
@@ -256,8 +274,9 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
     job_file = workdir / "job.json"
     job_file.write_text(json.dumps(job.to_dict()))
     log_file = workdir / "worker.log"
+    t0 = time.monotonic()  # 'start' counts the spawn too (the first one may start the pool)
     proc = _spawn(job_file, log_file)
-    watch = _Watch(proc, limits, on_phase, gate, job.target.id)
+    watch = _Watch(proc, limits, on_phase, gate, job.target.id, started=t0)
     _LIVE.add(proc)
     try:
         watch.loop()

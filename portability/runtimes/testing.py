@@ -35,6 +35,18 @@ class Noisy(OrtCpu):
                 for k, v in super().infer(feeds).items()}
 
 
+class Echo(OrtCpu):
+    """ORT CPU that also reports how its worker process started: its parent, the environment variables
+    named ``PORTABILITY_ECHO_*`` and numpy's BLAS threads (the worker pool's tests)."""
+
+    def details(self):
+        from portability.engine.worker_zygote import blas_threads
+
+        env = {k: v for k, v in os.environ.items() if k.startswith("PORTABILITY_ECHO_")}
+        return {**super().details(), "echo": {"ppid": os.getppid(), "env": env, "blas_threads": blas_threads(),
+                                              "cwd": os.getcwd()}}
+
+
 class Fallback(OrtCpu):
     def backend_requested(self) -> str:
         return "FancyExecutionProvider"

@@ -1,0 +1,326 @@
+"""The worker pool's fork server (the *zygote*): ``python -m portability.engine.worker_zygote CONTROL_FD [LABEL]``.
+
+It imports numpy and the worker's own modules once (``PRELOAD``), with no thread but its main one, then
+serves requests from its parent (``engine/worker_pool.py``, which describes the protocol) on the control
+socket: for each job it forks a child that turns into the worker a fresh
+``python -m portability.engine.worker JOB`` would be (``_become_worker``), tells the parent the child's pid,
+and, once it has reaped the child, its exit status.
+
+Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start threads) and onnxruntime
+(its import starts a thread). OpenBLAS starts its threads when numpy is imported: the zygote runs with
+``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread count a fresh interpreter would have chosen from
+the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
+``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the
+parent starts a job whose environment differs from the zygote's in one of them as a fresh interpreter
+(``startup_env``). No module imported here reads the environment at import time (the worker's job
+environment is read when used).
+
+It stops on end of file on the control socket (its parent closed it, or died), when its parent process
+changes (looked at every second) and on SIGTERM; stopping kills the process group of every worker it has.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+#: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``
+PRELOAD = ("numpy", "portability.core.protocol", "portability.engine.worker", "portability.engine.cache",
+           "portability.converters.base", "portability.core.artifact", "portability.core.target",
+           "portability.core.errors", "portability.runtimes.base", "portability.metrics.latency")
+#: never in the zygote: heavy, and they start threads (only the targets that need them import them)
+NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
+#: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
+#: encodings, the dynamic loader, malloc, numpy, OpenBLAS): a job that changes one needs a fresh interpreter
+STARTUP_PREFIXES = ("PYTHON", "LD_", "OPENBLAS_", "GOTO_", "OMP_", "MKL_", "NPY_", "NUMPY_", "MALLOC_", "GLIBC_", "LC_")
+STARTUP_VARS = ("LANG", "HOME", "TZ")
+#: ...except the BLAS thread counts, which every worker applies itself (see ``_blas_threads_for``)
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+#: the largest request (its environment, mostly) the zygote reads
+MAX_REQUEST = 1 << 20
+
+
+class PoolError(RuntimeError):
+    """The zygote could not start, or stopped answering."""
+
+
+# -- OpenBLAS's threads -----------------------------------------------------------------------------------
+
+def _openblas():
+    """(get, set) thread count functions of the OpenBLAS this process has loaded (numpy's), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({parts[5].strip() for parts in (ln.split(None, 5) for ln in f)
+                            if len(parts) == 6 and "openblas" in parts[5].lower()})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", "64_"), ("openblas", "")):
+            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+            if get is not None and put is not None:
+                put.argtypes = [ctypes.c_int]
+                return get, put
+    return None
+
+
+def blas_threads() -> int | None:
+    """How many threads numpy's OpenBLAS uses in this process (None: no OpenBLAS loaded)."""
+    fns = _openblas()
+    return int(fns[0]()) if fns else None
+
+
+def _atoi(value: str | None) -> int:
+    m = re.match(r"\s*([+-]?\d+)", value or "")
+    return int(m.group(1)) if m else 0
+
+
+def _blas_threads_for(env: dict[str, str]) -> int:
+    """The thread count OpenBLAS chooses when it loads in a process with ``env``: OPENBLAS_NUM_THREADS,
+    else GOTO_NUM_THREADS, else OMP_NUM_THREADS, else one per core; never more than the usable cores."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    n = _atoi(env.get("OPENBLAS_NUM_THREADS"))
+    n = n if n > 0 else _atoi(env.get("GOTO_NUM_THREADS"))
+    n = n if n > 0 else _atoi(env.get("OMP_NUM_THREADS"))
+    return min(n, cores) if n > 0 else cores
+
+
+def startup_env(env: dict[str, str]) -> dict[str, str]:
+    """The part of ``env`` a forked worker cannot change."""
+    return {k: v for k, v in env.items()
+            if (k.startswith(STARTUP_PREFIXES) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS}
+
+
+# -- the zygote -------------------------------------------------------------------------------------------
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    loaded = [m for m in NEVER if m in sys.modules]
+    if loaded:
+        raise PoolError(f"preloading imported {', '.join(loaded)}")
+    if threading.active_count() != 1 or _threads() != 1:
+        raise PoolError(f"preloading started threads ({_threads()} in all)")
+    if _openblas() is None and _openblas_mapped():
+        raise PoolError("numpy's OpenBLAS has no thread count functions to give each worker its own")
+
+
+def _openblas_mapped() -> bool:
+    try:
+        with open("/proc/self/maps") as f:
+            return any("openblas" in ln.lower() for ln in f)
+    except OSError:
+        return False
+
+
+@dataclass
+class _Request:
+    """A job, as the forked child that runs it sees it."""
+
+    job: str
+    cwd: str
+    env: dict[str, str]
+    fds: tuple[int, int, int]  # stdin, stdout, stderr as received
+    close: list = field(default_factory=list)  # the zygote's sockets and descriptors: not the worker's
+
+
+class _Server:
+    def __init__(self, ctl: socket.socket):
+        self.ctl = ctl
+        self.parent = os.getppid()
+        self.children: dict[int, socket.socket] = {}  # pid -> the connection its status goes to
+        self.stop = False
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    def _on_term(self, *_):
+        self.stop = True
+
+    def serve(self) -> _Request | None:
+        """Forks a worker for each request until told to stop; returns only in a forked child."""
+        sel = selectors.DefaultSelector()
+        sel.register(self.ctl, selectors.EVENT_READ)
+        sel.register(self.wake_r, selectors.EVENT_READ)
+        while not self.stop:
+            for key, _ in sel.select(timeout=1.0):
+                if key.fileobj is self.ctl:
+                    req = self._request()
+                    if req is not None:  # the child: none of the zygote's descriptors stays open in the worker
+                        sel.close()
+                        return req
+                else:
+                    try:
+                        while os.read(self.wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+            self._reap()
+            if os.getppid() != self.parent:
+                self.stop = True  # the parent died; the control socket may be held open by one of its children
+        sel.close()
+        self._stop_children()
+        return None
+
+    def _request(self) -> _Request | None:
+        try:
+            msg, fds, flags, _ = socket.recv_fds(self.ctl, MAX_REQUEST, 4, socket.MSG_CMSG_CLOEXEC)
+        except OSError:
+            msg, fds, flags = b"", [], 0
+        if not msg:
+            for fd in fds:
+                os.close(fd)
+            self.stop = True  # end of file: the parent closed the pool, or died
+            return None
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            return None
+        conn = socket.socket(fileno=fds[0])
+        try:
+            if flags & socket.MSG_TRUNC:
+                raise PoolError("request too large")
+            d = json.loads(msg)
+            req = _Request(job=d["job"], cwd=d["cwd"], env=dict(d["env"]), fds=(fds[1], fds[2], fds[3]))
+            if threading.active_count() != 1 or _threads() != 1:
+                raise PoolError(f"the pool has {_threads()} threads: it forks only with one")
+            for f in (sys.stdout, sys.stderr):
+                f.flush()
+            pid = os.fork()
+        except Exception as e:
+            _send(conn, {"error": f"{type(e).__name__}: {e}"})
+            conn.close()
+            for fd in fds[1:]:
+                os.close(fd)
+            return None
+        if pid == 0:
+            req.close = [self.ctl, conn, *self.children.values(), self.wake_r, self.wake_w]
+            return req
+        for fd in fds[1:]:  # the worker's ends: held by the worker only, so the parent sees it close them
+            os.close(fd)
+        self.children[pid] = conn
+        _send(conn, {"pid": pid})
+        return None
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is not None:
+                _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
+                conn.close()
+
+    def _stop_children(self) -> None:
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 10
+        while self.children and time.monotonic() < deadline:
+            self._reap()
+            if self.children:
+                time.sleep(0.05)
+
+
+def _send(conn: socket.socket, msg: dict) -> None:
+    try:
+        conn.sendall(json.dumps(msg).encode() + b"\n")
+    except OSError:
+        pass  # the parent is gone or no longer listens
+
+
+def _become_worker(req: _Request, start_cwd: str) -> int:
+    """In the forked child: turn into the worker a fresh ``python -m portability.engine.worker JOB`` would be."""
+    import atexit as _atexit
+    import importlib
+
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for c in req.close:
+        if isinstance(c, socket.socket):
+            c.close()
+        else:
+            os.close(c)
+    for target, fd in enumerate(req.fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(req.cwd)
+    os.environ.clear()
+    os.environ.update(req.env)
+    if sys.path and sys.path[0] == start_cwd:  # ``-m`` put the start folder first, as it puts the job's
+        sys.path[0] = os.getcwd()
+    sys.argv = [sys.modules["portability.engine.worker"].__file__, req.job]
+    importlib.invalidate_caches()
+    tempfile.tempdir = None  # read from the job's TMPDIR again
+    fns = _openblas()
+    if fns is not None:
+        fns[1](_blas_threads_for(req.env))
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()  # the legacy global generator, seeded in the zygote (random reseeds itself)
+    _atexit._clear()  # the zygote's exit handlers are not the worker's
+    from portability.engine import worker
+
+    return worker.main([req.job])
+
+
+def main(argv: list[str]) -> int:
+    """The zygote: ``python -m portability.engine.worker_zygote CONTROL_FD [LABEL]`` (LABEL: what it serves)."""
+    ctl = socket.socket(fileno=int(argv[0]))
+    ctl.set_inheritable(False)
+    start_cwd = os.getcwd()
+    try:
+        _preload()
+    except Exception as e:
+        _send_ctl(ctl, {"error": f"{type(e).__name__}: {e}"})
+        return 1
+    _send_ctl(ctl, {"ready": True, "pid": os.getpid()})
+    req = _Server(ctl).serve()
+    if req is None:
+        return 0
+    return _become_worker(req, start_cwd)  # a worker: its exit is an interpreter's (exit handlers, threads joined)
+
+
+def _send_ctl(ctl: socket.socket, msg: dict) -> None:
+    try:
+        ctl.send(json.dumps(msg).encode())
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

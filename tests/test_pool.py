@@ -1,0 +1,155 @@
+"""Workers forked from the pre-imported pool (``engine/worker_pool.py``): they report like fresh ones, die
+like fresh ones, see their job's environment, and the pool never outlives its check or its parent."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from conftest import FIXTURES, ROOT
+
+ECHO = "portability.runtimes.testing:Echo"
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    from portability.engine import worker_pool
+
+    monkeypatch.delenv(worker_pool.SWITCH, raising=False)
+    worker_pool.shutdown()
+    yield worker_pool
+    worker_pool.shutdown()
+
+
+def _job(tmp_path, runtime: str = ECHO):
+    from portability.core.model import load_model
+    from portability.core.protocol import Job, save_feeds
+    from portability.engine.options import CheckOptions
+    from portability.engine.pipeline import prepare_feeds
+    from portability.targets.base import Target
+
+    model = load_model(FIXTURES / "mlp.onnx")
+    feeds = prepare_feeds(model, CheckOptions())
+    names = tuple(i.name for i in model.inputs)
+    save_feeds(feeds.arrays, tmp_path / "feeds.npz", names)
+    return Job(target=Target(id="test/" + runtime.rsplit(":", 1)[1].lower(), runtime=runtime), source=model.artifact(),
+               signature=model.signature(), feeds=str(tmp_path / "feeds.npz"), feeds_source=feeds.source,
+               input_names=names, output_names=tuple(o.name for o in model.outputs), warmup=1, runs=2,
+               use_cache=False)
+
+
+def _run(tmp_path, job, name: str = "w"):
+    from portability.engine.options import Limits
+    from portability.engine.runner import run_worker
+
+    return run_worker(job, tmp_path / name, Limits(convert_timeout_s=120, run_timeout_s=120))
+
+
+def _fresh_blas_threads(env: dict | None = None) -> int | None:
+    code = "import numpy\nfrom portability.engine.worker_zygote import blas_threads\nprint(blas_threads())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=dict(os.environ, **(env or {})))
+    return json.loads(out.stdout.strip().replace("None", "null"))
+
+
+def test_a_pooled_worker_reports_its_result(tmp_path, pool):
+    wr = _run(tmp_path, _job(tmp_path))
+    assert wr.status == "ok", wr.error
+    echo = wr.details["echo"]
+    assert pool.pid() is not None and echo["ppid"] == pool.pid()  # forked by the zygote, not started by us
+    assert echo["cwd"] == str(tmp_path / "w")
+    assert echo["blas_threads"] == _fresh_blas_threads()  # OpenBLAS as a fresh interpreter sets it up
+    assert len(wr.latency["samples"]) == 2 and wr.phases_s["start"] > 0
+    zygote = psutil.Process(pool.pid())
+    assert zygote.num_threads() == 1
+    assert _run(tmp_path, _job(tmp_path), "w2").details["echo"]["ppid"] == zygote.pid  # one pool for many jobs
+
+
+def test_an_aborting_worker_is_crashed_with_sigabrt(tmp_path, pool):
+    wr = _run(tmp_path, _job(tmp_path, "portability.runtimes.testing:Abort"))
+    assert pool.pid() is not None
+    assert wr.status == "crashed" and "SIGABRT" in wr.error, wr.error
+    assert _run(tmp_path, _job(tmp_path), "after").status == "ok"  # the pool lives on
+
+
+def test_a_jobs_environment_reaches_its_worker(tmp_path, pool, monkeypatch):
+    monkeypatch.setenv("PORTABILITY_ECHO_A", "1")
+    first = _run(tmp_path, _job(tmp_path), "first").details["echo"]
+    assert first["env"] == {"PORTABILITY_ECHO_A": "1"} and first["ppid"] == pool.pid()
+    monkeypatch.setenv("PORTABILITY_ECHO_A", "2")
+    monkeypatch.setenv("PORTABILITY_ECHO_B", "x")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")  # applied by the worker itself
+    second = _run(tmp_path, _job(tmp_path), "second").details["echo"]
+    assert second["env"] == {"PORTABILITY_ECHO_A": "2", "PORTABILITY_ECHO_B": "x"} and second["ppid"] == pool.pid()
+    assert second["blas_threads"] == _fresh_blas_threads({"OPENBLAS_NUM_THREADS": "1"}) == 1
+    # a variable read when an interpreter starts cannot change in a forked worker: that job starts fresh
+    monkeypatch.setenv("PYTHONHASHSEED", "123")
+    third = _run(tmp_path, _job(tmp_path), "third").details["echo"]
+    assert third["ppid"] == os.getpid() and third["env"]["PORTABILITY_ECHO_B"] == "x"
+
+
+def test_workers_start_fresh_when_the_pool_is_off_or_gone(tmp_path, pool, monkeypatch, caplog):
+    monkeypatch.setenv(pool.SWITCH, "0")
+    wr = _run(tmp_path, _job(tmp_path), "off")
+    assert wr.status == "ok" and wr.details["echo"]["ppid"] == os.getpid() and pool.pid() is None
+    monkeypatch.delenv(pool.SWITCH)
+    assert _run(tmp_path, _job(tmp_path), "on").details["echo"]["ppid"] == pool.pid()
+    zygote = psutil.Process(pool.pid())
+    zygote.kill()
+    zygote.wait(30)
+    with caplog.at_level(logging.WARNING, logger="portability.engine.worker_pool"):
+        wr = _run(tmp_path, _job(tmp_path), "gone")
+    assert wr.status == "ok" and wr.details["echo"]["ppid"] == os.getpid()
+    assert any("worker pool stopped" in r.getMessage() for r in caplog.records)
+
+
+_PARENT = """
+import sys, time
+from pathlib import Path
+from portability.engine import runner, worker_pool
+proc = worker_pool.spawn(Path(sys.argv[1]), Path(sys.argv[2]), runner.worker_env())
+print(worker_pool.pid(), proc.pid, flush=True)
+proc.stdout.readline()  # the worker started
+print("started", flush=True)
+if sys.argv[3] == "shutdown":
+    runner.shutdown()
+    print(proc.wait(), flush=True)
+else:
+    time.sleep(600)
+"""
+
+
+def _hanging_worker(tmp_path, how: str) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """A parent process with a pool whose worker hangs; returns it and [the zygote, the worker]."""
+    job = _job(tmp_path, "portability.runtimes.testing:Hang").at(tmp_path / "hang")
+    (tmp_path / "hang").mkdir()
+    job_file = tmp_path / "hang" / "job.json"
+    job_file.write_text(json.dumps(job.to_dict()))
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(job_file), str(tmp_path / "hang" / "log"), how],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    zygote_pid, worker_pid = map(int, parent.stdout.readline().split())
+    assert parent.stdout.readline().strip() == "started"
+    procs = [psutil.Process(zygote_pid), psutil.Process(worker_pid)]
+    assert procs[1].ppid() == zygote_pid and os.getsid(worker_pid) == worker_pid
+    return parent, procs
+
+
+def test_shutdown_stops_the_pool_and_its_workers(tmp_path, pool):
+    parent, (zygote, worker) = _hanging_worker(tmp_path, "shutdown")
+    assert int(parent.stdout.readline()) == -signal.SIGKILL  # the worker, killed as the pool stopped
+    assert parent.wait(60) == 0
+    assert not zygote.is_running() and not worker.is_running()
+
+
+def test_the_pool_is_gone_when_its_parent_is_killed(tmp_path, pool):
+    parent, (zygote, worker) = _hanging_worker(tmp_path, "sleep")
+    parent.kill()
+    parent.wait()
+    gone, alive = psutil.wait_procs([zygote, worker], timeout=60)
+    assert alive == []
