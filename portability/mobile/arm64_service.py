@@ -77,6 +77,7 @@ class _Emulator:
         if self.stopped:
             return
         self.stopped = True
+        children = _children(self.proc.pid)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the server and every child it forked
         except (ProcessLookupError, PermissionError):
@@ -89,7 +90,32 @@ class _Emulator:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        _gone(children)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _children(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _gone(procs, timeout: float = 5.0) -> None:
+    """Wait (a little) until killed processes that are not ours to reap are dead or zombies."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.02)
 
 
 class Arm64Service:
