@@ -189,10 +189,12 @@ def _reap():
 
 def _child(conn):
     """In the forked child: serve one connection, then exit (never return into the server's loop)."""
+    import signal
     import traceback
 
     code = 0
     try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         fd = os.open(os.devnull, os.O_RDONLY)
         os.dup2(fd, 0)  # the server's stdin is its lifeline, not the child's
         os.close(fd)
@@ -208,9 +210,11 @@ def _child(conn):
 
 def listen(path):
     import select
+    import signal
     import socket
 
     preload()
+    signal.signal(signal.SIGCHLD, lambda *_: _reap())  # children are reaped as they exit
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = path + ".tmp"
     srv.bind(tmp)
@@ -218,8 +222,7 @@ def listen(path):
     os.rename(tmp, path)  # the path appears once connections are accepted
     try:
         while True:
-            ready, _, _ = select.select([srv, 0], [], [], 1.0)
-            _reap()
+            ready, _, _ = select.select([srv, 0], [], [])
             if 0 in ready and not os.read(0, 4096):
                 return  # the host that started the server is gone
             if srv in ready:
