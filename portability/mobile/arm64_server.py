@@ -1,16 +1,28 @@
 """Runs INSIDE the emulated ARM64 Python (numpy + ai_edge_litert / onnxruntime only; no portability).
 
-A request/reply loop over stdin/stdout. Frame: 8-byte little-endian length + JSON header, then for each
-array in ``header["arrays"]`` an 8-byte length + ``.npy`` bytes. Commands:
+Two modes:
+
+- ``arm64_server.py``: one request/reply loop over stdin/stdout (a target's own emulated process).
+- ``arm64_server.py --listen PATH``: a fork server, shared by a check's ARM64 targets. It imports numpy,
+  LiteRT and ONNX Runtime once, listens on the AF_UNIX socket ``PATH`` (bound under a temporary name and
+  renamed to ``PATH`` once it listens: the path appearing means it is ready) and forks one child per
+  connection, which serves the same loop over that connection and exits when it closes. A child that
+  crashes costs its own connection only. The server exits when its stdin reaches EOF (the host that
+  started it is gone).
+
+The loop's frame: 8-byte little-endian length + JSON header, then for each array in ``header["arrays"]``
+an 8-byte length + ``.npy`` bytes. Commands:
 
 - ``load``  {kind: tflite|ort, path, threads, kernels, inputs: [index|name], outputs: [index|name]}
 - ``infer`` arrays in ``inputs`` order -> arrays in ``outputs`` order
 - ``time``  arrays, warmup, runs -> {ms: [...]} (timed here, inside the emulated process)
 - ``quit``
-Replies: {ok: true, ...} or {ok: false, error, type}.
+Replies: {ok: true, ...} or {ok: false, error, type}. ``load`` replies also give the serving process's
+``pid``; every ok reply gives ``rss_mb``, its peak resident memory so far.
 """
 import io
 import json
+import os
 import struct
 import sys
 import time
@@ -43,17 +55,33 @@ def write_msg(f, header, arrays=()):
     f.flush()
 
 
+_VERSIONS = {}
+
+
+def litert_version():
+    if "litert" not in _VERSIONS:
+        from importlib.metadata import version
+
+        _VERSIONS["litert"] = "ai-edge-litert " + version("ai-edge-litert")
+    return _VERSIONS["litert"]
+
+
+def rss_mb():
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 class Tflite:
     def __init__(self, req):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
-        from importlib.metadata import version
 
         self.it = Interpreter(model_path=req["path"], num_threads=req["threads"],
                               experimental_op_resolver_type=getattr(OpResolverType, _KERNELS[req.get("kernels", "xnnpack")]))
         self.it.allocate_tensors()
         self.ins, self.outs = req["inputs"], req["outputs"]
         self.shapes = {i: list(self.it.get_tensor(i).shape) for i in self.ins}
-        self.version = "ai-edge-litert " + version("ai-edge-litert")
+        self.version = litert_version()
 
     def run(self, arrays):
         it, resized = self.it, False
@@ -87,23 +115,26 @@ class Ort:
         return self.sess.run(self.outs, dict(zip(self.ins, arrays)))
 
 
-def main():
+def serve(fin, fout):
+    """The request/reply loop, until ``quit`` or EOF."""
     import platform
 
-    fin, fout = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
     model = None
     while True:
-        req, arrays = read_msg(fin)
+        try:
+            req, arrays = read_msg(fin)
+        except ConnectionError:
+            return  # the host is gone
         if req is None or req["cmd"] == "quit":
             return
         try:
             if req["cmd"] == "load":
                 model = (Tflite if req["kind"] == "tflite" else Ort)(req)
-                write_msg(fout, {"ok": True, "version": model.version, "machine": platform.machine(),
-                                 "inputs": model.ins, "outputs": model.outs})
+                write_msg(fout, {"ok": True, "version": model.version, "machine": platform.machine(), "pid": os.getpid(),
+                                 "inputs": model.ins, "outputs": model.outs, "rss_mb": rss_mb()})
             elif req["cmd"] == "infer":
-                write_msg(fout, {"ok": True}, model.run(arrays))
+                outs = model.run(arrays)
+                write_msg(fout, {"ok": True, "rss_mb": rss_mb()}, outs)
             elif req["cmd"] == "time":
                 for _ in range(req["warmup"]):
                     model.run(arrays)
@@ -112,11 +143,116 @@ def main():
                     t0 = time.perf_counter()
                     model.run(arrays)
                     ms.append((time.perf_counter() - t0) * 1e3)
-                write_msg(fout, {"ok": True, "ms": ms})
+                write_msg(fout, {"ok": True, "ms": ms, "rss_mb": rss_mb()})
             else:
                 write_msg(fout, {"ok": False, "error": "unknown command " + str(req["cmd"]), "type": "ValueError"})
+        except ConnectionError:
+            return  # the host is gone
         except Exception as e:  # reported to the host, which maps it to a typed error
             write_msg(fout, {"ok": False, "error": str(e), "type": type(e).__name__})
+
+
+#: a one-Relu ONNX model (66 bytes, onnx.helper: opset 13, float [1] -> [1]): one session on it before the
+#: server forks does ONNX Runtime's first-session set-up (environment, kernel registries) once for all children
+_WARM_ONNX = "CAgSADo2CgwKAXgSAXkiBFJlbHUSBHdhcm1aDwoBeBIKCggIARIECgIIAWIPCgF5EgoKCAgBEgQKAggBQgQKABAN"
+
+
+def preload():
+    """What every connection would import, look up and set up: done once, before the server forks."""
+    import base64
+    import platform
+    import traceback
+
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter  # noqa: F401
+
+    litert_version()
+    platform.machine()
+    try:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1  # no thread pool: nothing but this thread at fork
+        so.log_severity_level = 3
+        ort.InferenceSession(base64.b64decode(_WARM_ONNX), sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception:  # only a head start: each child sets up what it needs anyway
+        traceback.print_exc()
+
+
+def _reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _child(conn):
+    """In the forked child: serve one connection, then exit (never return into the server's loop)."""
+    import signal
+    import traceback
+
+    code = 0
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        fd = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(fd, 0)  # the server's stdin is its lifeline, not the child's
+        os.close(fd)
+        with conn, conn.makefile("rb") as fin, conn.makefile("wb") as fout:
+            serve(fin, fout)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def listen(path):
+    import select
+    import signal
+    import socket
+
+    preload()
+    signal.signal(signal.SIGCHLD, lambda *_: _reap())  # children are reaped as they exit
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = path + ".tmp"
+    srv.bind(tmp)
+    srv.listen(16)
+    os.rename(tmp, path)  # the path appears once connections are accepted
+    try:
+        while True:
+            ready, _, _ = select.select([srv, 0], [], [])
+            if 0 in ready and not os.read(0, 4096):
+                return  # the host that started the server is gone
+            if srv in ready:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    continue
+                try:
+                    pid = os.fork()
+                except OSError as e:  # no process to spare: this connection is refused, the server goes on
+                    print("arm64_server: fork failed:", e, file=sys.stderr)
+                    pid = -1
+                if pid == 0:
+                    srv.close()
+                    _child(conn)
+                conn.close()
+    finally:
+        srv.close()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def main():
+    sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
+    if len(sys.argv) > 2 and sys.argv[1] == "--listen":
+        listen(sys.argv[2])
+    else:
+        serve(sys.stdin.buffer, sys.__stdout__.buffer)
 
 
 if __name__ == "__main__":

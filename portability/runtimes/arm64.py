@@ -1,7 +1,9 @@
 """The same artifacts on ARM64 builds of LiteRT and ONNX Runtime, under qemu-user emulation.
 
-The runtime lives in a long-lived emulated Python (``portability/mobile/arm64_server.py``) spoken to over
-pipes; mapping (NCHW <-> NHWC, quantization) happens here on the host, exactly as ``LiteRt`` does it.
+The runtime lives in an emulated Python (``portability/mobile/arm64_server.py``) spoken to in frames: in a
+check, a child that the check's shared fork server (``mobile/arm64_service.py``) forks for this target,
+over a unix socket (no start-up, no imports); alone, or when that server could not start, a process of
+its own, over pipes. Mapping (NCHW <-> NHWC, quantization) happens here on the host, exactly as ``LiteRt`` does it.
 Latencies are measured inside the emulated process and are **emulated** times (qemu is ~100-300x slower
 than the hardware): ``emulated`` is True, useful only to compare targets under the same
 emulation. What the emulation shows faithfully is the arithmetic: ARM kernels (NEON paths of XNNPACK,
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import struct
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,13 @@ class _Emulated(Runtime):
     kind = ""
     emulated = True
     cost_s = 3.0  # an emulated Python and its imports, emulated inference
+    proc: subprocess.Popen | None = None
+    sock: socket.socket | None = None
+    _endpoint: str | None = None
+    _rss_mb: float | None = None
+
+    def service(self) -> str | None:
+        return "arm64"
 
     @classmethod
     def availability(cls) -> Availability:
@@ -41,41 +52,68 @@ class _Emulated(Runtime):
         return Availability(True) if ok else Availability(False, reason, arm64.SETUP_HINT)
 
     def _start(self) -> None:
+        """Connect to the check's shared emulator, else start an emulated Python of its own."""
         from portability.mobile import arm64
 
         ok, reason = arm64.status()
         if not ok:
             raise Unavailable(reason, arm64.SETUP_HINT)
-        argv, env = arm64.command()
         self.versions = arm64.versions()
+        endpoint = self.services.get(self.service())
+        if endpoint:
+            try:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(30)
+                self.sock.connect(endpoint)
+                self.sock.settimeout(None)  # an emulated inference may take long: the worker's limits apply
+                self._r, self._w = self.sock.makefile("rb"), self.sock.makefile("wb")
+                self._endpoint = endpoint
+                return
+            except OSError as e:
+                print(f"the shared ARM64 emulator at {endpoint} cannot be reached ({e}): starting one for this target",
+                      file=sys.stderr)
+                self._close_socket()
+        argv, env = arm64.command()
         self.proc = subprocess.Popen(argv + ["-u", str(SERVER)], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._r, self._w = self.proc.stdout, self.proc.stdin
+
+    def _send(self, header: dict, arrays=()) -> None:
+        w = self._w
+        h = json.dumps(dict(header, arrays=len(arrays))).encode()
+        w.write(struct.pack("<Q", len(h)) + h)
+        for a in arrays:
+            b = io.BytesIO()
+            np.save(b, np.ascontiguousarray(a), allow_pickle=False)
+            w.write(struct.pack("<Q", b.tell()) + b.getvalue())
+        w.flush()
 
     def _call(self, header: dict, arrays=(), err=RunError) -> tuple[dict, list[np.ndarray]]:
-        p = self.proc
+        r = self._r
         try:
-            h = json.dumps(dict(header, arrays=len(arrays))).encode()
-            p.stdin.write(struct.pack("<Q", len(h)) + h)
-            for a in arrays:
-                b = io.BytesIO()
-                np.save(b, np.ascontiguousarray(a), allow_pickle=False)
-                p.stdin.write(struct.pack("<Q", b.tell()) + b.getvalue())
-            p.stdin.flush()
-            head = p.stdout.read(8)
+            self._send(header, arrays)
+            head = r.read(8)
             if len(head) < 8:
                 raise EOFError
-            reply = json.loads(p.stdout.read(struct.unpack("<Q", head)[0]))
+            reply = json.loads(r.read(struct.unpack("<Q", head)[0]))
             out = []
             for _ in range(reply.get("arrays", 0)):
-                n = struct.unpack("<Q", p.stdout.read(8))[0]
-                out.append(np.load(io.BytesIO(p.stdout.read(n)), allow_pickle=False))
+                n = struct.unpack("<Q", r.read(8))[0]
+                out.append(np.load(io.BytesIO(r.read(n)), allow_pickle=False))
         except (EOFError, BrokenPipeError, OSError):
-            rc = p.poll()
-            tail = (p.stderr.read() or b"").decode(errors="replace").strip().splitlines()[-5:] if rc is not None else []
-            raise err(f"the emulated ARM64 process died (exit {rc})" + (": " + " | ".join(tail) if tail else "")) from None
+            raise err(self._died()) from None
+        self._rss_mb = reply.get("rss_mb", self._rss_mb)
         if not reply.get("ok"):
             raise self._error(reply, err)
         return reply, out
+
+    def _died(self) -> str:
+        p = self.proc
+        if p is None:
+            return "the emulated ARM64 process died (its connection to the shared emulator closed)"
+        rc = p.poll()
+        tail = (p.stderr.read() or b"").decode(errors="replace").strip().splitlines()[-5:] if rc is not None else []
+        return f"the emulated ARM64 process died (exit {rc})" + (": " + " | ".join(tail) if tail else "")
 
     def _error(self, reply: dict, cls):
         return cls(f"{reply.get('type')}: {reply.get('error')}")
@@ -83,7 +121,7 @@ class _Emulated(Runtime):
     def _load(self, path: Path, ins: list, outs: list, kernels: str | None = None) -> None:
         self.threads = int(self.options.get("threads") or default_threads())
         self._start()
-        req = {"cmd": "load", "kind": self.kind, "path": str(path), "threads": self.threads,
+        req = {"cmd": "load", "kind": self.kind, "path": str(Path(path).resolve()), "threads": self.threads,
                "kernels": kernels or "xnnpack", "inputs": ins, "outputs": outs}
         reply, _ = self._call(req, err=LoadError)
         self._reply = reply
@@ -100,11 +138,30 @@ class _Emulated(Runtime):
         return f"{self.version} linux-{self.machine} under qemu-aarch64 emulation ({self.threads} threads)"
 
     def details(self) -> dict[str, Any]:
-        return {"emulator": "qemu-aarch64-static", "machine": self.machine, "threads": self.threads,
-                "arm64_versions": self.versions, "latency_note": "emulated time: compare only with other emulated targets"}
+        d = {"emulator": "qemu-aarch64-static", "machine": self.machine, "threads": self.threads,
+             "arm64_versions": self.versions, "shared_emulator": bool(self._endpoint),
+             "latency_note": "emulated time: compare only with other emulated targets"}
+        if self._rss_mb is not None:
+            d["emulated_peak_rss_mb"] = self._rss_mb
+        return d
+
+    def _close_socket(self) -> None:
+        for f in (getattr(self, "_r", None), getattr(self, "_w", None), self.sock):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        self.sock = self._r = self._w = None
 
     def close(self) -> None:
-        p = getattr(self, "proc", None)
+        if self.sock is not None:
+            try:  # no reply: the serving child exits when it reads this, or when the connection closes
+                self._send({"cmd": "quit"})
+            except OSError:
+                pass
+            self._close_socket()
+        p = self.proc
         if p and p.poll() is None:
             try:
                 self._call({"cmd": "quit"})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -83,3 +84,17 @@ class WebCrash(_WebTesting, _ort_web()):
         except (BrowserCrashed, PageError):
             pass
         self._browser.call("() => 1")
+
+
+def _arm64_tflite():
+    from portability.runtimes.arm64 import Arm64Tflite
+
+    return Arm64Tflite
+
+
+class Arm64Crash(_arm64_tflite()):
+    """LiteRT's aarch64 build whose emulated process is killed (SIGKILL) on the first inference."""
+
+    def infer(self, feeds):
+        os.kill(self._reply["pid"], signal.SIGKILL)
+        return super().infer(feeds)

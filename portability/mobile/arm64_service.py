@@ -1,0 +1,179 @@
+"""One emulated ARM64 fork server per check, shared by its ARM64 targets' workers over a unix socket.
+
+The check's process starts it on the first ARM64 target (``arm64_server.py --listen``: the emulated Python
+imports numpy, LiteRT and ONNX Runtime once) and stops it at the end. Each worker connects and gets a
+forked emulated child of its own, which serves the usual request/reply frames and exits with the
+connection: a child that crashes costs its target only, and no target pays for the emulated start-up and
+imports. A server that died, or that a hung or crashed target leaves unwell, is replaced for the targets
+after it (``release(unwell=True)``) and stopped once no target uses it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from portability.web.browser import short_tmp
+
+log = logging.getLogger(__name__)
+
+#: how long the emulated server may take to import its runtimes and listen (seconds, under qemu)
+START_TIMEOUT_S = 60.0
+SOCKET = "arm64.sock"
+LOG = "server.log"
+
+
+class _Emulator:
+    def __init__(self):
+        from portability.mobile import arm64
+        from portability.runtimes.arm64 import SERVER
+
+        ok, reason = arm64.status()
+        if not ok:
+            raise RuntimeError(reason)
+        self.folder = tempfile.mkdtemp(prefix="portability-arm64-", dir=short_tmp())
+        self.endpoint = str(Path(self.folder) / SOCKET)
+        self.stopped = False
+        argv, env = arm64.command()
+        env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's BLAS is unused here: no idle threads to fork past
+        with open(Path(self.folder) / LOG, "wb") as err:
+            # stdin is the server's lifeline: it exits at EOF, when this process is gone
+            self.proc = subprocess.Popen(argv + ["-u", str(SERVER), "--listen", self.endpoint], env=env, cwd=self.folder,
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+                                         start_new_session=True)
+        self._wait_socket()
+
+    def _wait_socket(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                said = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"the emulated ARM64 server exited at start (code {self.proc.returncode})"
+                                   + (": " + " | ".join(said) if said else ""))
+            if os.path.exists(self.endpoint):  # renamed into place once it listens
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"the emulated ARM64 server did not listen within {START_TIMEOUT_S:g} s")
+
+    def log_tail(self, n: int = 5) -> list[str]:
+        try:
+            text = (Path(self.folder) / LOG).read_text(errors="replace")
+        except OSError:
+            return []
+        return [ln.strip() for ln in text.splitlines() if ln.strip()][-n:]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        children = _children(self.proc.pid)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the server and every child it forked
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        _gone(children)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _children(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _gone(procs, timeout: float = 5.0) -> None:
+    """Wait (a little) until killed processes that are not ours to reap are dead or zombies."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.02)
+
+
+class Arm64Service:
+    """``lease(flavour)`` gives the running emulated server (started on first use; thread-safe; there is
+    one flavour) and ``release`` gives it back. ``release(unwell=True)`` sends later targets to a fresh
+    server; a retired one is stopped once no target uses it. ``close()`` stops all (idempotent)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._current: _Emulator | None = None
+        self._users: dict[_Emulator, int] = {}
+        self._retired: set[_Emulator] = set()
+        self._failed: str | None = None
+        self.launches = 0
+
+    def lease(self, flavour=None) -> _Emulator:
+        with self._lock:
+            e = self._current
+            if e is not None and not e.alive():
+                self._retire(e)
+                e = None
+            if e is None:
+                if self._failed:  # one failed start says enough: the targets start emulators of their own
+                    raise RuntimeError(self._failed)
+                t0 = time.monotonic()
+                try:
+                    e = self._current = _Emulator()
+                except (OSError, RuntimeError) as ex:
+                    self._failed = str(ex)
+                    raise
+                self.launches += 1
+                log.info("started the shared ARM64 emulator at %s in %.1f s", e.endpoint, time.monotonic() - t0)
+            self._users[e] = self._users.get(e, 0) + 1
+            return e
+
+    def release(self, e: _Emulator, unwell: bool = False) -> None:
+        """Give a lease back; ``unwell``: its target hung or crashed (retire the server)."""
+        with self._lock:
+            self._users[e] = self._users.get(e, 1) - 1
+            if unwell:
+                self._retire(e)
+            stop = e in self._retired and self._users[e] <= 0
+            if stop:
+                self._retired.discard(e)
+                del self._users[e]
+        if stop:
+            e.stop()
+
+    def _retire(self, e: _Emulator) -> None:
+        if self._current is e:
+            self._current = None
+        self._retired.add(e)
+        if self._users.get(e, 0) <= 0:
+            e.stop()
+
+    def close(self) -> None:
+        with self._lock:
+            servers = ({self._current} if self._current else set()) | self._retired | set(self._users)
+            self._current, self._retired, self._users = None, set(), {}
+        for e in servers:
+            e.stop()
