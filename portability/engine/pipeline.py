@@ -120,7 +120,15 @@ class _Run:
         from portability.core.target import load_class
 
         name = load_class(target.runtime)(target.options).service()
-        endpoint, lease = self.services.lease(name)
+        if not name:
+            return {}, None
+        # a service starts once (a browser, the emulator: seconds) while the others using it wait: none of
+        # them holds its job slot meanwhile, and no target times until it is up
+        self.gate.blocked(target.id, True)
+        try:
+            endpoint, lease = self.services.lease(name)
+        finally:
+            self.gate.blocked(target.id, False)
         return ({name: endpoint} if endpoint else {}), lease
 
     def _release(self, lease, wr: WorkerResult) -> None:
