@@ -128,7 +128,7 @@ class _Run:
         try:
             endpoint, lease = self.services.lease(name)
         finally:
-            self.gate.blocked(target.id, False)
+            self.gate.blocked(target.id, False, take_slot=True)
         return ({name: endpoint} if endpoint else {}), lease
 
     def _release(self, lease, wr: WorkerResult) -> None:

@@ -76,14 +76,18 @@ class TimingGate:
                 self._draining = True
             self._cv.notify_all()
 
-    def blocked(self, tid: str, waiting: bool) -> None:
-        """The worker waits for a conversion another one runs (``waiting``): it gives its slot to the next
-        target; when the conversion is there it works again at once (the cores are shared a while)."""
+    def blocked(self, tid: str, waiting: bool, take_slot: bool = False) -> None:
+        """The worker waits for something another one makes (``waiting``: a conversion, a shared service's
+        start): it gives its slot to the next target, and no target times meanwhile. When the wait ends it
+        works again: at once (a worker process cannot be paused: the cores are shared a while), or once a
+        slot is free (``take_slot``: the check's own thread goes on, it can wait)."""
         with self._cv:
             if waiting and tid in self._working:
                 self._working.discard(tid)
                 self._blocked.add(tid)
             elif not waiting and tid in self._blocked:
+                if take_slot:
+                    self._cv.wait_for(lambda: self._timing is None and len(self._working) < self.jobs)
                 self._blocked.discard(tid)
                 self._working.add(tid)
             self._cv.notify_all()
@@ -138,7 +142,7 @@ class NoGate:
     def try_start(self, tid: str) -> bool:
         return True
 
-    def blocked(self, tid: str, waiting: bool) -> None:
+    def blocked(self, tid: str, waiting: bool, take_slot: bool = False) -> None:
         pass
 
     def wait_start(self, tid: str, timeout: float) -> bool:
