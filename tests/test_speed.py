@@ -105,6 +105,35 @@ def test_parked_workers_time_before_more_targets_start_when_too_many_wait():
     assert admitted.wait(5)
 
 
+def test_targets_start_in_the_order_asked_and_low_memory_drains_the_parked_first():
+    from portability.engine.schedule import TimingGate
+
+    low = threading.Event()
+    g = TimingGate(jobs=1, parked=8, memory_low=low.is_set)
+    g.admit("a")
+    started: list[str] = []
+    for n, tid in enumerate(("b", "c", "d"), 1):  # queued in this order, while a works
+        threading.Thread(target=lambda t=tid: (g.admit(t), started.append(t)), daemon=True).start()
+        _wait_until(lambda: g._pending == n)
+    low.set()  # memory runs low: the next target to start (b) is the last before a drain
+    g.ready("a")
+    _wait_until(lambda: started == ["b"])
+    g.ready("b")
+    assert g.try_start("a")  # parked ones time before c starts
+    g.finished("a")
+    assert g.try_start("b")
+    low.clear()
+    g.finished("b")
+    _wait_until(lambda: started == ["b", "c"])
+
+
+def _wait_until(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cond()
+
+
 def test_a_worker_waiting_for_a_conversion_gives_its_slot_back():
     from portability.engine.schedule import TimingGate
 

@@ -4,30 +4,32 @@ Targets convert, load and run their correctness batches in parallel: at most ``j
 once (``--jobs``, default: the cores). A worker that has done its work and is ready to time does not hold
 its slot: it *parks* — its model loaded, its page open — and the next target starts in its place. Latency
 is sampled with nothing else working: the parked workers time one after another, in the order they became
-ready, once no target is left to start (or once ``parked`` workers wait, which bounds the memory that
-loaded models hold); no target starts while they time. So a check's latencies are as clean as with
+ready, once no target is left to start (or earlier: when ``parked`` wait, or when memory runs low beside
+what the loaded models hold); no target starts while they time. Targets start in the order given. So a check's latencies are as clean as with
 ``--jobs 1``, while conversions, loads and correctness runs overlap, and the costly targets start first
 (``by_cost``) so that the cores stay busy to the end.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 
-#: memory a parked worker may hold (a loaded model, a browser page), to bound how many park at once
-PARKED_MB = 512
+#: the most loaded workers parked at once (each has a thread in the check)
+MAX_PARKED = 32
+#: a target starts only while this much memory is left beside what the parked workers hold; else the
+#: parked workers time first (and free theirs)
+RESERVE_MB = 1536
 
 
-def parked_limit(jobs: int) -> int:
-    """How many loaded workers may wait to time at once: 4 per job, at most 16, and what memory allows."""
-    n = min(16, 4 * max(1, jobs))
+def memory_low() -> bool:
+    """Too little memory left to load one more target beside the parked ones."""
     try:
         import psutil
 
-        n = min(n, int(psutil.virtual_memory().available / 2**20 // PARKED_MB))
-    except Exception:  # psutil missing or /proc unreadable: the count alone
-        pass
-    return max(1, n)
+        return psutil.virtual_memory().available < RESERVE_MB * 2**20
+    except Exception:  # psutil missing or /proc unreadable: the count alone bounds
+        return False
 
 
 def by_cost(targets: list, cost) -> list:
@@ -38,15 +40,19 @@ def by_cost(targets: list, cost) -> list:
 class TimingGate:
     """Shared by the threads that drive the workers of one check."""
 
-    def __init__(self, jobs: int = 1, parked: int | None = None):
+    def __init__(self, jobs: int = 1, parked: int | None = None, memory_low=memory_low):
         self.jobs = max(1, jobs)
-        self.parked = max(1, parked if parked is not None else parked_limit(self.jobs))
+        self.parked = max(1, parked if parked is not None else MAX_PARKED)
+        self._memory_low = memory_low
         self._cv = threading.Condition()
         self._working: set[str] = set()
         self._blocked: set[str] = set()  # waiting for another worker's conversion
         self._waiting: deque[str] = deque()
         self._timing: str | None = None
         self._pending = 0  # threads waiting in admit: targets still to start
+        self._tickets = itertools.count()
+        self._resuming = 0  # started targets waiting for a slot again (after a shared service's start)
+        self._queue: list[int] = []  # their tickets: targets start in the order they asked (costliest first)
         self._draining = False  # the parked workers time, all of them, before any target starts
 
     def threads(self) -> int:
@@ -57,13 +63,19 @@ class TimingGate:
         """Before a target's worker starts: blocks while ``jobs`` work, while workers time, or while the
         parked workers are as many as allowed."""
         with self._cv:
+            ticket = next(self._tickets)
+            self._queue.append(ticket)
             self._pending += 1
             try:
-                self._cv.wait_for(lambda: self._timing is None and not self._draining
+                self._cv.wait_for(lambda: self._queue[0] == ticket and not self._resuming and self._timing is None
+                                  and not self._draining
                                   and len(self._working) < self.jobs and len(self._waiting) < self.parked)
             finally:
                 self._pending -= 1
+                self._queue.remove(ticket)
             self._working.add(tid)
+            if self._waiting and self._memory_low():
+                self._draining = True  # the next ones start after the parked ones time and free memory
             self._cv.notify_all()
 
     def ready(self, tid: str) -> None:
@@ -86,8 +98,12 @@ class TimingGate:
                 self._working.discard(tid)
                 self._blocked.add(tid)
             elif not waiting and tid in self._blocked:
-                if take_slot:
-                    self._cv.wait_for(lambda: self._timing is None and len(self._working) < self.jobs)
+                if take_slot:  # before any target that has not started yet
+                    self._resuming += 1
+                    try:
+                        self._cv.wait_for(lambda: self._timing is None and len(self._working) < self.jobs)
+                    finally:
+                        self._resuming -= 1
                 self._blocked.discard(tid)
                 self._working.add(tid)
             self._cv.notify_all()
