@@ -65,7 +65,7 @@ def main() -> None:
 
     env = dict(os.environ, PORTABILITY_CACHE_DIR=str(cache), PORTABILITY_DATA_DIR=str(cache / "data"),
                PORTABILITY_ARM64_DIR=str(arm64.home()))
-    report = cache / "report.json"
+    report = Path(tempfile.mkdtemp(prefix="bench-check-report-")) / "report.json"  # outlives a cold round's cache
     check = [sys.executable, "-m", "portability", "check", args.model, "--targets", args.targets, "-q", "--no-history",
              "--json", str(report)]
     if args.jobs:
@@ -86,6 +86,7 @@ def main() -> None:
             print(f"round {i + 1}: check {a[-1]:.1f} s, {'polygraphy' if polygraphy else 'bare onnxruntime'} {b[-1]:.2f} s", flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(report.parent, ignore_errors=True)
     ma, mb = statistics.median(a), statistics.median(b)
     print(f"\n{ran} targets ran, {skipped} skipped (not available here)")
     print(f"{'cold' if args.cold else 'warm'} cache, {args.targets}: check median {ma:.1f} s (min {min(a):.1f}, max {max(a):.1f}); "

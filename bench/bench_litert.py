@@ -43,13 +43,14 @@ def cached_tflite(model: Path, target: str, cache: Path) -> tuple[Path, dict]:
     from portability.converters.base import ConvertContext
     from portability.engine.cache import Cache
     from portability.core.model import load_model
-    from portability.targets import registry
-    from portability.targets.base import load_class
+    from portability.core.target import load_class
+    from portability.engine import plan
 
-    t = registry()[target]
-    art, c = load_model(model).artifact(), Cache(cache)
+    info = load_model(model)
+    t = next(x for x in plan.for_check(info.format, target, None)[0] if x.id == target)  # its planned chain
+    art, c = info.artifact(), Cache(cache)
     for cls, opts in t.converters:
-        art, _ = c.convert(load_class(cls)(), art, opts, ConvertContext())
+        art, _ = c.convert(load_class(cls)(), art, opts, ConvertContext(signature=info.signature()))
     return art.path, art.meta
 
 

@@ -67,7 +67,7 @@ def main() -> None:
             for tid, v in found.items():
                 into.setdefault(tid, []).append(v)
         print(f"round {i + 1} of {args.rounds} done", flush=True)
-    print(f"\n{'target':24} {'--jobs 1 p50':>13} {'default p50':>12} {'ratio':>7}")
+    print(f"\n{'target':24} {'--jobs 1 p50':>13} {'default p50':>12} {'ratio':>7}   rounds (--jobs 1 | default)")
     worst = 0.0
     for group, label in ((sorted(set(alone) - slow), "device"), (sorted(set(alone) & slow), "software / emulated")):
         if group:
@@ -79,7 +79,8 @@ def main() -> None:
             ratio = b / a
             if label == "device":
                 worst = max(worst, abs(ratio - 1))
-            print(f"{tid:24} {a:13.4f} {b:12.4f} {ratio:7.3f}")
+            rounds = " ".join(f"{x:.4g}" for x in alone[tid]) + " | " + " ".join(f"{x:.4g}" for x in parallel[tid])
+            print(f"{tid:24} {a:13.4f} {b:12.4f} {ratio:7.3f}   {rounds}")
     print(f"\nworst device ratio off by {worst:.1%} (goal: within 10%), medians of {args.rounds} rounds")
 
 

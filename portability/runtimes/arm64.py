@@ -11,8 +11,6 @@ MLAS) may round differently from x86's.
 """
 from __future__ import annotations
 
-import io
-import json
 import socket
 import struct
 import subprocess
@@ -78,29 +76,15 @@ class _Emulated(Runtime):
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self._r, self._w = self.proc.stdout, self.proc.stdin
 
-    def _send(self, header: dict, arrays=()) -> None:
-        w = self._w
-        h = json.dumps(dict(header, arrays=len(arrays))).encode()
-        w.write(struct.pack("<Q", len(h)) + h)
-        for a in arrays:
-            b = io.BytesIO()
-            np.save(b, np.ascontiguousarray(a), allow_pickle=False)
-            w.write(struct.pack("<Q", b.tell()) + b.getvalue())
-        w.flush()
-
     def _call(self, header: dict, arrays=(), err=RunError) -> tuple[dict, list[np.ndarray]]:
-        r = self._r
+        from portability.mobile.arm64_server import read_msg, write_msg  # the emulated side's own framing
+
         try:
-            self._send(header, arrays)
-            head = r.read(8)
-            if len(head) < 8:
+            write_msg(self._w, header, arrays)
+            reply, out = read_msg(self._r)
+            if reply is None:
                 raise EOFError
-            reply = json.loads(r.read(struct.unpack("<Q", head)[0]))
-            out = []
-            for _ in range(reply.get("arrays", 0)):
-                n = struct.unpack("<Q", r.read(8))[0]
-                out.append(np.load(io.BytesIO(r.read(n)), allow_pickle=False))
-        except (EOFError, BrokenPipeError, OSError):
+        except (EOFError, BrokenPipeError, OSError, ValueError, struct.error):  # a frame cut short: it died
             raise err(self._died()) from None
         self._rss_mb = reply.get("rss_mb", self._rss_mb)
         if not reply.get("ok"):
