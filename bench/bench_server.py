@@ -32,54 +32,68 @@ def portability_p50(model: Path, runs: int, warmup: int) -> float:
     return r["targets"][0]["metrics"]["latency_ms"]["p50"]
 
 
-def bare_p50(model: Path, runs: int, warmup: int) -> float:
-    """What a user would write: a default session, the same synthesized input (seed 0, uniform [0,1))."""
-    import onnxruntime as ort
-
+def feeds_file(model: Path, folder: Path) -> Path:
+    """The check's synthesized input (seed 0, uniform [0,1)) as an .npz for the bare loop."""
     from portability.core import inputs as inp
     from portability.core.model import load_model
 
     info = load_model(model)
     shapes, _ = inp.resolve_shapes(info, {})
-    feeds = inp.synthesize(info, shapes, 1, seed=0).batch(0)
+    path = folder / f"{model.stem}.npz"
+    np.savez(path, **inp.synthesize(info, shapes, 1, seed=0).batch(0))
+    return path
+
+
+def bare_p50(model: Path, feeds_npz: Path, runs: int, warmup: int) -> float:
+    """What a user would write: a default session, run in a loop (a process that imports numpy and
+    onnxruntime only, as lean as the check's worker)."""
+    import onnxruntime as ort
+
+    with np.load(feeds_npz, allow_pickle=False) as z:
+        feeds = {k: z[k] for k in z.files}
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]  # asked once, as the check's runtime does
     for _ in range(warmup):
-        sess.run(None, feeds)
+        sess.run(names, feeds)
     ms = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        sess.run(None, feeds)
+        sess.run(names, feeds)
         ms.append((time.perf_counter() - t0) * 1e3)
     return float(np.percentile(ms, 50))
 
 
-def bare_in_subprocess(model: Path, runs: int, warmup: int) -> float:
+def bare_in_subprocess(model: Path, feeds_npz: Path, runs: int, warmup: int) -> float:
     """The bare loop in a fresh process, as portability's worker is (a long-lived process that has
     imported and allocated more times the same loop differently)."""
-    p = subprocess.run([sys.executable, __file__, "--bare", str(model), "--runs", str(runs), "--warmup", str(warmup)],
-                       check=True, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, __file__, "--bare", str(model), "--feeds", str(feeds_npz), "--runs", str(runs),
+                        "--warmup", str(warmup)], check=True, capture_output=True, text=True)
     return float(p.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bare", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--feeds", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("models", nargs="*", type=Path, default=[ROOT / "fixtures" / "lenet.onnx", ROOT / "fixtures" / "mlp.onnx"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=20)
     a = ap.parse_args()
     if a.bare:
-        print(bare_p50(a.bare, a.runs, a.warmup))
+        print(bare_p50(a.bare, a.feeds, a.runs, a.warmup))
         return
     print(f"{'model':<22} {'portability p50 ms':>19} {'bare ORT p50 ms':>16} {'ratio':>7}")
-    for model in a.models:
-        ours, bare = [], []
-        for _ in range(a.rounds):
-            ours.append(portability_p50(model, a.runs, a.warmup))
-            bare.append(bare_in_subprocess(model, a.runs, a.warmup))
-        o, b = statistics.median(ours), statistics.median(bare)
-        print(f"{model.name:<22} {o:>19.4f} {b:>16.4f} {o / b:>7.3f}")
+    with tempfile.TemporaryDirectory() as d:
+        for model in a.models:
+            feeds = feeds_file(model, Path(d))
+            ours, bare = [], []
+            for _ in range(a.rounds):
+                ours.append(portability_p50(model, a.runs, a.warmup))
+                bare.append(bare_in_subprocess(model, feeds, a.runs, a.warmup))
+            o, b = statistics.median(ours), statistics.median(bare)
+            print(f"{model.name:<22} {o:>19.4f} {b:>16.4f} {o / b:>7.3f}   rounds: "
+                  + " ".join(f"{x:.4f}" for x in ours) + " | " + " ".join(f"{x:.4f}" for x in bare), flush=True)
 
 
 if __name__ == "__main__":

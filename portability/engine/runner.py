@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 #: how long a worker may take to exit after reporting its result
 EXIT_GRACE_S = 15.0
-#: a parked worker (loaded, waiting for its turn to time) is looked at this often; its turn wakes it at once
-PARKED_POLL_S = 0.25
+#: a parked worker (loaded, waiting for its turn to time) is checked for life this often; its turn wakes it
+#: at once
+PARKED_POLL_S = 1.0
 
 
 def _tree(pid: int):
@@ -138,14 +139,15 @@ class _Watch:
         self.run_started: float | None = None
         self.done_at: float | None = None
         self.peak = 0.0
-        self._sampled = 0.0
         self.procs: list = []
         self.failure: WorkerResult | None = None
         self._buf = b""
 
     def _events(self, sel) -> None:
-        # parked, waiting for the timing slot: the gate's turn is awaited below, the pipe only glanced at
-        for _key, _ in sel.select(timeout=0 if self.wait_started is not None else 0.1):
+        # timing: wake seldom (one core in two here is the target's); parked: the gate's turn is awaited
+        # below, the pipe only glanced at
+        timeout = 0 if self.wait_started is not None else 1.0 if self.phase is Phase.TIME else 0.1
+        for _key, _ in sel.select(timeout=timeout):
             chunk = os.read(self.proc.stdout.fileno(), 65536)
             if not chunk:
                 sel.unregister(self.proc.stdout)
@@ -209,6 +211,11 @@ class _Watch:
             return WorkerResult.failed("timeout", f"no result within {lim.run_timeout_s:g} s of loading (stuck in phase '{phase}', killed)")
         return None
 
+    def _sampling(self) -> bool:
+        """Whether to measure the worker's memory now: while it works. Parked or timing, its memory does not
+        grow, and scanning the process table would disturb the target that times (one core in two here)."""
+        return self.wait_started is None and self.phase is not Phase.TIME
+
     def loop(self) -> None:
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -217,8 +224,7 @@ class _Watch:
                 self._events(sel)
                 self._go_if_granted()
                 now = time.monotonic()
-                if self.wait_started is None or now - self._sampled >= PARKED_POLL_S:
-                    self._sampled = now  # a parked worker's memory does not grow: look less often
+                if self._sampling():
                     self.procs = _tree(self.proc.pid) or self.procs
                     self.peak = max(self.peak, _rss_mb(self.procs))
                 if self.proc.poll() is not None:
