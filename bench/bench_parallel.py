@@ -5,7 +5,8 @@ side and their ratio.
 
     python bench/bench_parallel.py [MODEL] [--targets server,web,mobile] [--rounds 3] [--runs 200]
 
-Goal: every ratio (default jobs / --jobs 1) within 10% for targets timed on a real device. Targets whose
+Goal: every ratio (default jobs / --jobs 1) within 10% for targets timed on a real device (both the ratio
+of medians and, for latencies that are bimodal between processes, the ratio of best rounds). Targets whose
 latency is a software GPU adapter's or an emulator's are listed apart (their speed is no device's, and
 they are timed within a short budget).
 """
@@ -67,8 +68,8 @@ def main() -> None:
             for tid, v in found.items():
                 into.setdefault(tid, []).append(v)
         print(f"round {i + 1} of {args.rounds} done", flush=True)
-    print(f"\n{'target':24} {'--jobs 1 p50':>13} {'default p50':>12} {'ratio':>7}   rounds (--jobs 1 | default)")
-    worst = 0.0
+    print(f"\n{'target':24} {'--jobs 1 p50':>13} {'default p50':>12} {'ratio':>7} {'best':>6}   rounds (--jobs 1 | default)")
+    worst = worst_best = 0.0
     for group, label in ((sorted(set(alone) - slow), "device"), (sorted(set(alone) & slow), "software / emulated")):
         if group:
             print(f"-- {label}")
@@ -76,12 +77,15 @@ def main() -> None:
             if tid not in parallel:
                 continue
             a, b = statistics.median(alone[tid]), statistics.median(parallel[tid])
-            ratio = b / a
+            ratio, best = b / a, min(parallel[tid]) / min(alone[tid])
             if label == "device":
-                worst = max(worst, abs(ratio - 1))
+                worst, worst_best = max(worst, abs(ratio - 1)), max(worst_best, abs(best - 1))
             rounds = " ".join(f"{x:.4g}" for x in alone[tid]) + " | " + " ".join(f"{x:.4g}" for x in parallel[tid])
-            print(f"{tid:24} {a:13.4f} {b:12.4f} {ratio:7.3f}   {rounds}")
-    print(f"\nworst device ratio off by {worst:.1%} (goal: within 10%), medians of {args.rounds} rounds")
+            print(f"{tid:24} {a:13.4f} {b:12.4f} {ratio:7.3f} {best:6.3f}   {rounds}")
+    # a sub-0.1 ms latency lands in a fast or a slow mode per process on these machines (both sides alike):
+    # the median of a few rounds may pick different modes, the best round of each side compares like with like
+    print(f"\nworst device ratio off by {worst:.1%} (medians of {args.rounds} rounds), {worst_best:.1%} "
+          "(best rounds); goal: within 10%")
 
 
 if __name__ == "__main__":
