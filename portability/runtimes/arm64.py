@@ -22,6 +22,7 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, Unavailable
+from portability.mobile.arm64_server import read_msg, write_msg  # the emulated side's own framing
 from portability.runtimes.base import Availability, Runtime
 from portability.runtimes.litert import (TfliteMapped, batches, default_threads, from_tflite, layout_details,
                                          litert_error, quant_details, to_tflite)
@@ -77,8 +78,6 @@ class _Emulated(Runtime):
         self._r, self._w = self.proc.stdout, self.proc.stdin
 
     def _call(self, header: dict, arrays=(), err=RunError) -> tuple[dict, list[np.ndarray]]:
-        from portability.mobile.arm64_server import read_msg, write_msg  # the emulated side's own framing
-
         try:
             write_msg(self._w, header, arrays)
             reply, out = read_msg(self._r)
@@ -141,7 +140,7 @@ class _Emulated(Runtime):
     def close(self) -> None:
         if self.sock is not None:
             try:  # no reply: the serving child exits when it reads this, or when the connection closes
-                self._send({"cmd": "quit"})
+                write_msg(self._w, {"cmd": "quit"})
             except OSError:
                 pass
             self._close_socket()
