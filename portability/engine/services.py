@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from typing import Any
+import time
+from typing import Any, ClassVar
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +24,79 @@ PROVIDERS: dict[str, tuple[str, Any]] = {
     "browser-webgpu": ("portability.web.service:BrowserService", True),
     "arm64": ("portability.mobile.arm64_service:Arm64Service", None),
 }
+
+
+class SharedProcesses:
+    """The bookkeeping every provider shares: one running process per flavour (started on the first lease,
+    thread-safe), counted leases, and retirement — ``release(unwell=True)`` sends later leases to a fresh
+    process, and a retired one stops once no lease holds it. ``close()`` stops all (idempotent).
+
+    Subclasses give ``start(flavour)``: an object with ``endpoint``, ``alive()`` and ``stop()``."""
+
+    #: what the process is, for the log
+    what: ClassVar[str] = "service"
+    #: a failed start is not tried again in this check (the targets do without)
+    remember_failure: ClassVar[bool] = False
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._current: dict[Any, Any] = {}
+        self._users: dict[Any, int] = {}
+        self._retired: set = set()
+        self._failed: str | None = None
+        self.launches = 0
+
+    def start(self, flavour):
+        raise NotImplementedError
+
+    def lease(self, flavour=None):
+        with self._lock:
+            p = self._current.get(flavour)
+            if p is not None and not p.alive():
+                self._retire(p)
+                p = None
+            if p is None:
+                if self._failed:
+                    raise RuntimeError(self._failed)
+                t0 = time.monotonic()
+                try:
+                    p = self._current[flavour] = self.start(flavour)
+                except (OSError, RuntimeError) as e:
+                    if self.remember_failure:
+                        self._failed = str(e)
+                    raise
+                self.launches += 1
+                log.info("started the shared %s at %s in %.1f s", self.what, p.endpoint, time.monotonic() - t0)
+            self._users[p] = self._users.get(p, 0) + 1
+            return p
+
+    def release(self, p, unwell: bool = False) -> None:
+        """Give a lease back; ``unwell``: its target hung or crashed (retire the process)."""
+        with self._lock:
+            self._users[p] = self._users.get(p, 1) - 1
+            if unwell:
+                self._retire(p)
+            stop = p in self._retired and self._users[p] <= 0
+            if stop:
+                self._retired.discard(p)
+                del self._users[p]
+        if stop:
+            p.stop()
+
+    def _retire(self, p) -> None:
+        for k, v in list(self._current.items()):
+            if v is p:
+                del self._current[k]
+        self._retired.add(p)
+        if self._users.get(p, 0) <= 0:
+            p.stop()
+
+    def close(self) -> None:
+        with self._lock:
+            procs = set(self._current.values()) | self._retired | set(self._users)
+            self._current, self._retired, self._users = {}, set(), {}
+        for p in procs:
+            p.stop()
 
 
 class Services:

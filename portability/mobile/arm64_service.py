@@ -9,19 +9,17 @@ after it (``release(unwell=True)``) and stopped once no target uses it.
 """
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from portability.engine.services import SharedProcesses
 from portability.web.browser import short_tmp
 
-log = logging.getLogger(__name__)
 
 #: how long the emulated server may take to import its runtimes and listen (seconds, under qemu)
 START_TIMEOUT_S = 60.0
@@ -118,62 +116,13 @@ def _gone(procs, timeout: float = 5.0) -> None:
             time.sleep(0.02)
 
 
-class Arm64Service:
-    """``lease(flavour)`` gives the running emulated server (started on first use; thread-safe; there is
-    one flavour) and ``release`` gives it back. ``release(unwell=True)`` sends later targets to a fresh
-    server; a retired one is stopped once no target uses it. ``close()`` stops all (idempotent)."""
+class Arm64Service(SharedProcesses):
+    """``lease()`` gives the running emulated server (started on first use; there is one flavour) and
+    ``release`` gives it back; a server a target left unwell is replaced for later targets, and a server
+    that failed to start is not tried again (``SharedProcesses``)."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._current: _Emulator | None = None
-        self._users: dict[_Emulator, int] = {}
-        self._retired: set[_Emulator] = set()
-        self._failed: str | None = None
-        self.launches = 0
+    what = "ARM64 emulator"
+    remember_failure = True  # the targets start emulators of their own
 
-    def lease(self, flavour=None) -> _Emulator:
-        with self._lock:
-            e = self._current
-            if e is not None and not e.alive():
-                self._retire(e)
-                e = None
-            if e is None:
-                if self._failed:  # one failed start says enough: the targets start emulators of their own
-                    raise RuntimeError(self._failed)
-                t0 = time.monotonic()
-                try:
-                    e = self._current = _Emulator()
-                except (OSError, RuntimeError) as ex:
-                    self._failed = str(ex)
-                    raise
-                self.launches += 1
-                log.info("started the shared ARM64 emulator at %s in %.1f s", e.endpoint, time.monotonic() - t0)
-            self._users[e] = self._users.get(e, 0) + 1
-            return e
-
-    def release(self, e: _Emulator, unwell: bool = False) -> None:
-        """Give a lease back; ``unwell``: its target hung or crashed (retire the server)."""
-        with self._lock:
-            self._users[e] = self._users.get(e, 1) - 1
-            if unwell:
-                self._retire(e)
-            stop = e in self._retired and self._users[e] <= 0
-            if stop:
-                self._retired.discard(e)
-                del self._users[e]
-        if stop:
-            e.stop()
-
-    def _retire(self, e: _Emulator) -> None:
-        if self._current is e:
-            self._current = None
-        self._retired.add(e)
-        if self._users.get(e, 0) <= 0:
-            e.stop()
-
-    def close(self) -> None:
-        with self._lock:
-            servers = ({self._current} if self._current else set()) | self._retired | set(self._users)
-            self._current, self._retired, self._users = None, set(), {}
-        for e in servers:
-            e.stop()
+    def start(self, flavour=None) -> _Emulator:
+        return _Emulator()
