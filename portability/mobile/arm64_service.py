@@ -20,7 +20,6 @@ from pathlib import Path
 from portability.engine.services import SharedProcesses
 from portability.web.browser import short_tmp
 
-
 #: how long the emulated server may take to import its runtimes and listen (seconds, under qemu)
 START_TIMEOUT_S = 60.0
 SOCKET = "arm64.sock"
