@@ -22,7 +22,7 @@ from portability.core.model import ModelInfo
 from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
 from portability.engine import plan, verdict
 from portability.engine.options import CheckOptions, Limits
-from portability.engine.runner import kill_all, log_tail, run_worker
+from portability.engine.runner import kill_all, log_tail, run_worker, shutdown
 from portability.engine.schedule import TimingGate, by_cost
 from portability.engine.services import Services
 from portability import metrics
@@ -300,7 +300,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             results += run.run_all(rest)
         notes = list(feeds.warnings) + run.odd_one_out(results, targets)
     finally:
-        portability.engine.runner.shutdown()  # the pre-imported worker pool
+        shutdown()  # the pre-imported worker pool
         if run is not None:
             run.close()
         shutil.rmtree(workdir, ignore_errors=True)
