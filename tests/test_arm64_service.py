@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -184,3 +185,21 @@ def test_a_server_that_cannot_start_is_a_runtime_error_once(scratch, monkeypatch
     assert starts.read_text().count("start") == 1
     svc.close()
     assert not list(scratch.glob("portability-arm64-*"))
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="bytecode is written by a Python 3.11 only")
+def test_the_emulated_python_gets_bytecode_once_with_its_own_file_names(tmp_path, monkeypatch):
+    import marshal
+
+    monkeypatch.setenv("PORTABILITY_ARM64_DIR", str(tmp_path))
+    lib = tmp_path / "rootfs/usr/lib/python3.11"
+    lib.mkdir(parents=True)
+    (lib / "mod.py").write_text("X = 1\n")
+    (lib / "broken.py").write_text("def (:\n")  # as in the standard library's test data: the rest still compiles
+    assert arm64.compile_bytecode() is True
+    pyc = lib / "__pycache__/mod.cpython-311.pyc"
+    assert marshal.loads(pyc.read_bytes()[16:]).co_filename == "/usr/lib/python3.11/mod.py"
+    assert not (lib / "__pycache__/broken.cpython-311.pyc").exists()
+    pyc.unlink()
+    assert arm64.compile_bytecode() is True  # the marker: not compiled again
+    assert not pyc.exists()

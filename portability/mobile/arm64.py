@@ -22,6 +22,7 @@ from typing import Callable
 PACKAGES = ("numpy", "onnxruntime", "ai-edge-litert")
 PLATFORM_TAGS = ("manylinux_2_28_aarch64", "manylinux_2_27_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64")
 READY = "ready.json"
+BYTECODE = "bytecode.json"
 SETUP_HINT = "portability setup arm64"
 _SUITE = "bookworm"
 _CPUINFO = """processor\t: 0
@@ -77,6 +78,38 @@ def command(root: Path | None = None) -> tuple[list[str], dict[str, str]]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/opt/site", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "LANG": "C.UTF-8", "HOME": "/tmp"}
     return [qemu() or "qemu-aarch64-static", "-L", str(rootfs), str(rootfs / "usr/bin/python3.11")], env
+
+
+def compile_bytecode(root: Path | None = None, log: Callable[[str], None] = lambda s: None) -> bool:
+    """Compile the emulated Python's standard library and wheels to bytecode, once; True when it is there.
+
+    The emulated interpreter never writes ``.pyc`` files (it sees its root file system through qemu's ``-L``
+    prefix, where it cannot create folders), so without them every emulated start compiles each module it
+    imports from source, under emulation: importing ONNX Runtime and LiteRT takes 2.8 s instead of 1.5 s.
+    Bytecode does not depend on the architecture, so this interpreter writes it when it is the emulated
+    one's version (3.11); file names in tracebacks stay the emulated ones (``/usr/lib/python3.11/...``).
+    """
+    import sys
+
+    base = home(root)
+    if (base / BYTECODE).is_file():
+        return True
+    if sys.version_info[:2] != (3, 11):
+        return False
+    rootfs = base / "rootfs"
+    folders = [str(f) for f in (rootfs / "usr/lib/python3.11", rootfs / "opt/site") if f.is_dir()]
+    if not folders:
+        return False
+    log("compiling the emulated Python's modules to bytecode")
+    # exit 1 only means some file did not compile (the standard library's deliberately broken test files);
+    # the rest is written, each file atomically, so two checks doing this at once is harmless
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "-s", str(rootfs), "-p", "/", *folders],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    try:
+        (base / BYTECODE).write_text(json.dumps({"python": sys.version.split()[0]}))
+    except OSError:
+        return False
+    return True
 
 
 def debian_mirror() -> str:
@@ -147,6 +180,8 @@ def provision(root: Path | None = None, log: Callable[[str], None] = print, forc
         cmd += ["--platform", tag]
     cmd += ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--target", str(site), *specs]
     _run(cmd, log)
+    (base / BYTECODE).unlink(missing_ok=True)
+    compile_bytecode(root, log)
     log("checking the emulated interpreter (slow: everything runs under qemu)")
     argv, env = command(root)
     probe = ("import json, numpy, onnxruntime, ai_edge_litert; from importlib.metadata import version as v; "

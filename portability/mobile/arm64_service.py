@@ -34,6 +34,7 @@ class _Emulator:
         ok, reason = arm64.status()
         if not ok:
             raise RuntimeError(reason)
+        arm64.compile_bytecode()  # environments provisioned before it was part of provisioning
         self.folder = tempfile.mkdtemp(prefix="portability-arm64-", dir=short_tmp())
         self.endpoint = str(Path(self.folder) / SOCKET)
         self.stopped = False
