@@ -62,7 +62,7 @@ def main() -> None:
 
     usage_errors, exits, aborts = _cli_exceptions()
 
-    logging.basicConfig(level=os.environ.get("PORTABILITY_LOG", "WARNING").upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=os.environ.get("PORTABILITY_LOG", "WARNING").upper(), format="%(relativeCreated)7.0f ms %(levelname)s %(name)s: %(message)s")
     try:
         rc = app(standalone_mode=False)
     except usage_errors as e:  # unknown option or command, missing argument: usage line + suggestion

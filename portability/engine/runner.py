@@ -169,6 +169,7 @@ class _Watch:
         """A new phase: account the last one's time, tell the gate what the worker now holds."""
         self._lap()
         previous, self.phase = self.phase, phase
+        log.debug("%s: %s after %.2f s in %s", self.tid, phase.value, self.phases_s.get(previous.value, 0.0), previous.value)
         if phase.running and self.run_started is None:
             self.run_started = time.monotonic()
         if phase is Phase.BLOCKED or previous is Phase.BLOCKED:
