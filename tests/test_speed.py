@@ -150,6 +150,28 @@ def test_a_worker_waiting_for_a_conversion_gives_its_slot_back():
     assert g.try_start("b")
 
 
+def test_targets_waiting_for_a_service_resume_in_the_order_they_were_admitted():
+    from portability.engine.schedule import TimingGate
+
+    g = TimingGate(jobs=1, parked=8)
+    for tid in ("a", "b", "c"):  # each admitted, then waits for the shared service to start
+        g.admit(tid)
+        g.blocked(tid, True)
+    g.admit("x")  # meanwhile x starts, and holds the only slot
+    resumed: list[str] = []
+    for tid in ("c", "a", "b"):  # the service is up: they ask for a slot again, in any order
+        threading.Thread(target=lambda t=tid: (g.blocked(t, False, take_slot=True), resumed.append(t)),
+                         daemon=True).start()
+        _wait_until(lambda t=tid: t in g._resuming)
+    late = _admit_later(g, "d")  # a target not started yet waits for all of them
+    for n, tid in enumerate(("x", "a", "b"), 1):
+        g.ready(tid)
+        _wait_until(lambda n=n: resumed == ["a", "b", "c"][:n])
+    assert not late.is_set()
+    g.ready("c")
+    assert late.wait(5)
+
+
 def test_a_conversion_another_process_holds_is_awaited_and_announced(tmp_path):
     import fcntl
 

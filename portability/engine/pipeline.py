@@ -122,13 +122,16 @@ class _Run:
         name = load_class(target.runtime)(target.options).service()
         if not name:
             return {}, None
-        # a service starts once (a browser, the emulator: seconds) while the others using it wait: none of
-        # them holds its job slot meanwhile, and no target times until it is up
-        self.gate.blocked(target.id, True)
-        try:
+        if self.services.running(name):
             endpoint, lease = self.services.lease(name)
-        finally:
-            self.gate.blocked(target.id, False, take_slot=True)
+        else:
+            # a service starts once (a browser, the emulator: seconds) while the others using it wait: none
+            # of them holds its job slot meanwhile, and no target times until it is up
+            self.gate.blocked(target.id, True)
+            try:
+                endpoint, lease = self.services.lease(name)
+            finally:
+                self.gate.blocked(target.id, False, take_slot=True)
         return ({name: endpoint} if endpoint else {}), lease
 
     def _release(self, lease, wr: WorkerResult) -> None:
@@ -136,6 +139,13 @@ class _Run:
         fresh one, and this one stops when no running target uses it."""
         unwell = wr.status in ("timeout", "crashed") or "crash" in (wr.error or "")
         self.services.release(lease, unwell=unwell)
+
+    def prestart(self, targets: list[Target]) -> None:
+        """The shared services the available ones of these targets use start now, beside the reference run."""
+        from portability.core.target import load_class
+
+        self.services.prestart({load_class(t.runtime)(t.options).service() for t in targets
+                                if t.id not in self.no_route and availability(t).ok})
 
     def close(self) -> None:
         self.services.close()
@@ -183,8 +193,10 @@ class _Run:
             if target.run_timeout_s and not self.opts.timeout_explicit:
                 limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
             wdir = self.workdir / target.id.replace("/", "__")
+            log.debug("%s: queued", target.id)
             self.gate.admit(target.id)
             try:
+                log.debug("%s: admitted", target.id)
                 services, lease = self._lease(target)
                 wr = run_worker(self.job(target, services), wdir, limits,
                                 lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)
@@ -290,6 +302,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             rob = robust.prepare(model, feeds, opts, workdir)
         run = _Run(model, feeds, opts, workdir, progress, rob)
         run.reference, run.no_route, run.plans = targets[0].id, no_route, plans
+        run.prestart(targets[1:])
         ref = run.run(targets[0])
         results = [ref]
         rest = targets[1:]

@@ -51,7 +51,9 @@ class TimingGate:
         self._timing: str | None = None
         self._pending = 0  # threads waiting in admit: targets still to start
         self._tickets = itertools.count()
-        self._resuming = 0  # started targets waiting for a slot again (after a shared service's start)
+        self._rank: dict[str, int] = {}  # each admitted target's ticket
+        self._resuming: list[str] = []  # started targets waiting for a slot again (after a shared service's
+        # start): they take slots before any new target, in the order they were admitted
         self._queue: list[int] = []  # their tickets: targets start in the order they asked (costliest first)
         self._draining = False  # the parked workers time, all of them, before any target starts
 
@@ -74,6 +76,7 @@ class TimingGate:
                 self._pending -= 1
                 self._queue.remove(ticket)
             self._working.add(tid)
+            self._rank[tid] = ticket
             if self._waiting and self._memory_low():
                 self._draining = True  # the next ones start after the parked ones time and free memory
             self._cv.notify_all()
@@ -98,12 +101,13 @@ class TimingGate:
                 self._working.discard(tid)
                 self._blocked.add(tid)
             elif not waiting and tid in self._blocked:
-                if take_slot:  # before any target that has not started yet
-                    self._resuming += 1
+                if take_slot:  # before any target that has not started yet, the earliest admitted first
+                    self._resuming.append(tid)
                     try:
-                        self._cv.wait_for(lambda: self._timing is None and len(self._working) < self.jobs)
+                        self._cv.wait_for(lambda: self._timing is None and len(self._working) < self.jobs
+                                          and min(self._resuming, key=lambda t: self._rank.get(t, -1)) == tid)
                     finally:
-                        self._resuming -= 1
+                        self._resuming.remove(tid)
                 self._blocked.discard(tid)
                 self._working.add(tid)
             self._cv.notify_all()

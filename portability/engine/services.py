@@ -44,6 +44,7 @@ class SharedProcesses:
         self._users: dict[Any, int] = {}
         self._retired: set = set()
         self._failed: str | None = None
+        self._closed = False
         self.launches = 0
 
     def start(self, flavour):
@@ -56,6 +57,8 @@ class SharedProcesses:
                 self._retire(p)
                 p = None
             if p is None:
+                if self._closed:  # a start still asked for (in the background) after the check ended
+                    raise RuntimeError(f"the check is over: no {self.what} starts")
                 if self._failed:
                     raise RuntimeError(self._failed)
                 t0 = time.monotonic()
@@ -69,6 +72,12 @@ class SharedProcesses:
                 log.info("started the shared %s at %s in %.1f s", self.what, p.endpoint, time.monotonic() - t0)
             self._users[p] = self._users.get(p, 0) + 1
             return p
+
+    def running(self, flavour=None) -> bool:
+        """A process of this flavour is up: a lease now is immediate."""
+        with self._lock:
+            p = self._current.get(flavour)
+            return p is not None and p.alive()
 
     def release(self, p, unwell: bool = False) -> None:
         """Give a lease back; ``unwell``: its target hung or crashed (retire the process)."""
@@ -92,7 +101,8 @@ class SharedProcesses:
             p.stop()
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock:  # after a start in progress, if any
+            self._closed = True
             procs = set(self._current.values()) | self._retired | set(self._users)
             self._current, self._retired, self._users = {}, set(), {}
         for p in procs:
@@ -116,6 +126,13 @@ class Services:
                 p = self._providers[cls_path] = getattr(importlib.import_module(mod), name)()
             return p
 
+    def running(self, name: str) -> bool:
+        """The service is up (a lease is immediate), not to be started or waited for."""
+        if name not in PROVIDERS:
+            return False
+        cls_path, flavour = PROVIDERS[name]
+        return self._provider(cls_path).running(flavour)
+
     def lease(self, name: str | None) -> tuple[str | None, Any]:
         if not name or name not in PROVIDERS:
             return None, None
@@ -127,6 +144,16 @@ class Services:
             log.warning("shared %s unavailable: %s", name, e)
             return None, None
         return handle.endpoint, (provider, handle)
+
+    def prestart(self, names: set[str]) -> None:
+        """Start these services in the background (each in a thread of its own) while the check does
+        other work: a target then leases a running one instead of waiting for its start."""
+        def start(name: str) -> None:
+            endpoint, lease = self.lease(name)
+            self.release(lease)
+
+        for name in sorted(n for n in names if n in PROVIDERS):
+            threading.Thread(target=start, args=(name,), name=f"start {name}", daemon=True).start()
 
     @staticmethod
     def release(lease, unwell: bool = False) -> None:

@@ -7,6 +7,7 @@ go in channel-last where onnx2tf moved them, outputs come back in the ONNX layou
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,22 @@ from portability.core.errors import LoadError, RunError
 from portability.core.protocol import TensorLink
 from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
 from portability.runtimes.litert import from_tflite, tflite_io, to_tflite
+
+
+def import_tensorflow_without_keras():
+    """``import tensorflow``, less the eager import of Keras its ``__init__`` does (``keras.src.optimizers``,
+    which registers Keras's optimizer classes for SavedModels that hold a Keras optimizer's state): a
+    SavedModel's signatures run without them, as under TensorFlow Serving, and the import takes 2.4 s of
+    CPU instead of 3.7 s. Keras still imports normally afterwards."""
+    if "tensorflow" not in sys.modules and "keras.src.optimizers" not in sys.modules:
+        sys.modules["keras.src.optimizers"] = None  # TensorFlow's __init__ tolerates its ImportError
+        try:
+            import tensorflow
+        finally:
+            del sys.modules["keras.src.optimizers"]
+    import tensorflow as tf
+
+    return tf
 
 
 class TfSavedModel(Runtime):
@@ -28,8 +45,7 @@ class TfSavedModel(Runtime):
 
     def load(self, artifact: Artifact) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import tensorflow as tf
-
+        tf = import_tensorflow_without_keras()
         self._tf = tf
         self.io = tflite_io(artifact)
         try:
