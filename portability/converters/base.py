@@ -6,6 +6,7 @@ with the same inputs converts nothing. Converters run inside a worker process.
 """
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,7 +113,15 @@ def run_tool(cmd: list[str], what: str, timeout_s: float | None, cwd=None, **env
             raise ConvertError(f"{what} did not finish within {timeout_s:.0f} s") from None
 
 
+#: the distributions whose versions name converters (cache keys) and runtimes
+KNOWN_DISTS = ("onnx", "onnx2tf", "tensorflow-cpu", "tensorflow", "tensorflowjs", "tf2onnx", "keras", "torch",
+               "onnxscript", "onnxruntime", "ai-edge-litert")
+
+
+@functools.lru_cache(maxsize=None)
 def package_version(dist: str) -> str:
+    """The installed version of ``dist`` or ``"absent"`` (read once per process: the pre-imported worker
+    pool reads the known ones before it forks, so a worker's cache lookups read no package metadata)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

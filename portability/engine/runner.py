@@ -28,6 +28,8 @@ EXIT_GRACE_S = 15.0
 #: a parked worker (loaded, waiting for its turn to time) is checked for life this often; its turn wakes it
 #: at once
 PARKED_POLL_S = 1.0
+#: a working worker's memory and time limits are checked this often (its events wake the runner at once)
+WORKING_POLL_S = 0.25
 
 
 def _tree(pid: int):
@@ -146,7 +148,7 @@ class _Watch:
     def _events(self, sel) -> None:
         # timing: wake seldom (one core in two here is the target's); parked: the gate's turn is awaited
         # below, the pipe only glanced at
-        timeout = 0 if self.wait_started is not None else 1.0 if self.phase is Phase.TIME else 0.1
+        timeout = 0 if self.wait_started is not None else 1.0 if self.phase is Phase.TIME else WORKING_POLL_S
         for _key, _ in sel.select(timeout=timeout):
             chunk = os.read(self.proc.stdout.fileno(), 65536)
             if not chunk:

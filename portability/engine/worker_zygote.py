@@ -121,6 +121,10 @@ def _preload() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from portability.converters.base import KNOWN_DISTS, package_version
+
+    for dist in KNOWN_DISTS:  # what names each converter (its cache key), read once for every worker
+        package_version(dist)
     loaded = [m for m in NEVER if m in sys.modules]
     if loaded:
         raise PoolError(f"preloading imported {', '.join(loaded)}")

@@ -192,7 +192,7 @@ class WebRuntime(Runtime):
         warm = self._prewarm_runs is not None  # warmed up already: a brief re-warm
         with self._feeds(feeds) as spec:
             res = self._call("s => harness.time(s)", {"feeds": spec, "warmup": 0 if warm else int(warmup), "runs": int(runs),
-                                                      "minWarmupMs": REWARM_MS if warm else MIN_WARMUP_MS,
+                                                      "minWarmupMs": REWARM_MS if warm else MIN_WARMUP_MS, "rewarmed": warm,
                                                       "minSampleMs": MIN_SAMPLE_MS})
         self._time_info = res.get("timing") or {}
         if warm:

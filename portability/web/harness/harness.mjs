@@ -79,14 +79,19 @@ async function inferMany(spec) {
 // `batch` consecutive runs, so that sub-millisecond models are measured, not quantized.
 const CALIBRATION_RUNS = 20;
 
+// The time-based part is for fast runs only: a run of SLOW_RUN_MS or more (a software GPU adapter's) has
+// no thousands of runs ahead to JIT-compile, and its count (spec.warmup) suffices.
+const SLOW_RUN_MS = 25;
+
 async function warmUp(spec) {
   const w0 = performance.now();
   let warm = 0;
-  while (warm < spec.warmup || performance.now() - w0 < spec.minWarmupMs) {
+  while (warm < spec.warmup
+         || (performance.now() - w0 < spec.minWarmupMs && (warm === 0 || (performance.now() - w0) / warm < SLOW_RUN_MS))) {
     await engine.step(prepared);
     warm++;
   }
-  return warm;
+  return {runs: warm, perRunMs: warm ? (performance.now() - w0) / warm : Infinity};
 }
 
 // The warm-up alone, before the target's turn to time (while other targets work): time() then only
@@ -96,7 +101,7 @@ async function warm(spec) {
     const feeds = await fetchTensors(spec.feeds);
     prepared = engine.prepare(feeds);
     try {
-      return {runs: await warmUp(spec)};
+      return {runs: (await warmUp(spec)).runs};
     } finally {
       engine.release(prepared);
       prepared = null;
@@ -109,17 +114,20 @@ async function time(spec) {
     const feeds = await fetchTensors(spec.feeds);
     prepared = engine.prepare(feeds);
     try {
-      const warm = await warmUp(spec);
+      const {runs: warm, perRunMs} = await warmUp(spec);
       // calibration: enough runs to tell whether one run is shorter than minSampleMs, no more (one run of
-      // a slow engine, such as a software GPU adapter, already says: one sample per run)
-      const c0 = performance.now();
-      let calibration = 0;
-      while (calibration < CALIBRATION_RUNS
-             && (calibration < 1 || performance.now() - c0 < CALIBRATION_RUNS * spec.minSampleMs)) {
-        await engine.step(prepared);
-        calibration++;
+      // a slow engine, such as a software GPU adapter, already says: one sample per run). A page warmed up
+      // before (spec.rewarmed) is in its steady state already: the re-warm's own runs tell.
+      let per = perRunMs, calibration = 0;
+      if (!spec.rewarmed || !Number.isFinite(perRunMs)) {
+        const c0 = performance.now();
+        while (calibration < CALIBRATION_RUNS
+               && (calibration < 1 || performance.now() - c0 < CALIBRATION_RUNS * spec.minSampleMs)) {
+          await engine.step(prepared);
+          calibration++;
+        }
+        per = (performance.now() - c0) / calibration;
       }
-      const per = (performance.now() - c0) / calibration;
       const batch = Math.max(1, Math.min(1000, Math.ceil(spec.minSampleMs / Math.max(per, 1e-3))));
       const ms = [];
       for (let i = 0; i < spec.runs; i++) {
