@@ -172,6 +172,29 @@ def test_targets_waiting_for_a_service_resume_in_the_order_they_were_admitted():
     assert late.wait(5)
 
 
+def test_planned_targets_start_in_plan_order_and_a_group_works_one_at_a_time():
+    from portability.engine.schedule import TimingGate
+
+    g = TimingGate(jobs=2, parked=8)
+    g.plan([("gpu1", "gpu"), ("gpu2", "gpu"), ("cpu1", None), ("gone", None), ("cpu2", None)])
+    started: list[str] = []
+    for tid in ("cpu2", "cpu1", "gpu2", "gpu1"):  # their threads ask in any order
+        threading.Thread(target=lambda t=tid: (g.admit(t), started.append(t)), daemon=True).start()
+    # gpu1 first; gpu2 is next in the plan but its group works: cpu1 goes beside gpu1
+    _wait_until(lambda: started == ["gpu1", "cpu1"])
+    g.ready("cpu1")
+    time.sleep(0.2)
+    assert started == ["gpu1", "cpu1"]  # gpu2 waits for gpu1; cpu2 waits for "gone" (planned, not there yet)
+    g.withdraw("gone")  # skipped
+    _wait_until(lambda: started == ["gpu1", "cpu1", "cpu2"])
+    assert not g.try_start("cpu1")  # planned targets are still to start: nobody times
+    g.ready("gpu1")
+    _wait_until(lambda: started == ["gpu1", "cpu1", "cpu2", "gpu2"])
+    g.ready("cpu2")
+    g.ready("gpu2")
+    assert g.try_start("cpu1")
+
+
 def test_a_conversion_another_process_holds_is_awaited_and_announced(tmp_path):
     import fcntl
 

@@ -155,7 +155,9 @@ class _Run:
         (``engine/schedule.py``); the results in the order of ``targets``."""
         from portability.core.target import load_class
 
-        order = by_cost(targets, lambda t: load_class(t.runtime)(t.options).cost())
+        runtimes = {t.id: load_class(t.runtime)(t.options) for t in targets}
+        order = by_cost(targets, lambda t: runtimes[t.id].cost())
+        self.gate.plan([(t.id, runtimes[t.id].contends()) for t in order])
         pool = ThreadPoolExecutor(max_workers=min(len(order), self.gate.threads()) or 1)
         try:
             done = dict(zip((t.id for t in order), pool.map(self.run, order)))
@@ -179,6 +181,12 @@ class _Run:
         return thresholds.merged(target.thresholds, self.opts.thresholds, self.opts.target_thresholds.get(target.id))
 
     def run(self, target: Target, skip_reason: str | None = None) -> TargetResult:
+        try:
+            return self._run(target, skip_reason)
+        finally:
+            self.gate.withdraw(target.id)  # skipped, or failed before its start: the others need not wait
+
+    def _run(self, target: Target, skip_reason: str | None) -> TargetResult:
         self.progress.target_started(target)
         t0 = time.monotonic()
         skip_reason = skip_reason or self.no_route.get(target.id)

@@ -11,6 +11,7 @@ what the loaded models hold); no target starts while they time. Targets start in
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 from collections import deque
@@ -55,26 +56,54 @@ class TimingGate:
         self._resuming: list[str] = []  # started targets waiting for a slot again (after a shared service's
         # start): they take slots before any new target, in the order they were admitted
         self._queue: list[int] = []  # their tickets: targets start in the order they asked (costliest first)
+        self._unstarted: dict[str, int] = {}  # planned targets not started yet -> their rank (``plan``)
+        self._group: dict[str, str] = {}  # target -> the group it works alone in (``plan``)
         self._draining = False  # the parked workers time, all of them, before any target starts
 
     def threads(self) -> int:
         """Threads the check needs to drive its workers: the working ones and the parked ones."""
         return self.jobs + self.parked
 
+    def plan(self, order: list[tuple[str, str | None]]) -> None:
+        """The targets that will ask to start (``admit``), in the order they are to start, each with the group
+        it works alone in (``Runtime.contends``) or None. A planned target starts in its turn whenever its
+        thread asks; the first one whose group has no target working goes next. Each must be admitted or
+        ``withdraw``-n: no target times while a planned one is still to start."""
+        with self._cv:
+            for tid, group in order:
+                self._unstarted[tid] = next(self._tickets)
+                if group:
+                    self._group[tid] = group
+
+    def withdraw(self, tid: str) -> None:
+        """A planned target that will not start (skipped, or failed before its start)."""
+        with self._cv:
+            if self._unstarted.pop(tid, None) is not None:
+                self._cv.notify_all()
+
+    def _turn(self, tid: str, ticket: int) -> bool:
+        busy = {self._group.get(t) for t in self._working}
+        for t in sorted(self._unstarted, key=self._unstarted.__getitem__):
+            if t in self._group and self._group[t] in busy:
+                continue  # another target of its group works: the next one goes first
+            return t == tid
+        return tid not in self._unstarted and self._queue[0] == ticket  # unplanned: in the order they asked
+
     def admit(self, tid: str) -> None:
         """Before a target's worker starts: blocks while ``jobs`` work, while workers time, or while the
-        parked workers are as many as allowed."""
+        parked workers are as many as allowed, and until it is the target's turn."""
         with self._cv:
-            ticket = next(self._tickets)
-            self._queue.append(ticket)
+            ticket = self._unstarted.get(tid, next(self._tickets))
+            bisect.insort(self._queue, ticket)
             self._pending += 1
             try:
-                self._cv.wait_for(lambda: self._queue[0] == ticket and not self._resuming and self._timing is None
+                self._cv.wait_for(lambda: self._turn(tid, ticket) and not self._resuming and self._timing is None
                                   and not self._draining
                                   and len(self._working) < self.jobs and len(self._waiting) < self.parked)
             finally:
                 self._pending -= 1
                 self._queue.remove(ticket)
+            self._unstarted.pop(tid, None)
             self._working.add(tid)
             self._rank[tid] = ticket
             if self._waiting and self._memory_low():
@@ -115,7 +144,7 @@ class TimingGate:
     def _may_time(self, tid: str) -> bool:
         return (self._timing is None and not self._working and not self._blocked and bool(self._waiting)
                 and self._waiting[0] == tid
-                and (self._pending == 0 or self._draining))
+                and ((self._pending == 0 and not self._unstarted) or self._draining))
 
     def try_start(self, tid: str) -> bool:
         """True when ``tid`` may time now (and is then the one timing)."""

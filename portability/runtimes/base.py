@@ -85,6 +85,11 @@ class Runtime(ABC):
         """``cost_s``, for this target's options (a software GPU adapter costs more than wasm)."""
         return self.cost_s
 
+    def contends(self) -> str | None:
+        """A name shared by the targets whose work one process of a shared service serializes (a browser's
+        GPU process runs every page's shaders on its one main thread): such targets work one at a time."""
+        return None
+
     def service(self) -> str | None:
         """The shared service this runtime uses, if any (``engine/services.py``: a browser flavour, the
         emulated ARM64 interpreter): the check starts it once and gives its endpoint in ``services``."""

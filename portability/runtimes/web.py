@@ -96,10 +96,15 @@ class WebRuntime(Runtime):
     def uses_webgpu(self) -> bool:
         return False
 
+    def _gpu(self) -> bool:
+        return self.uses_webgpu() or "webgl" in str(self.backend_requested() or "")
+
     def cost(self) -> float:
         # a page, the engine's wasm compile; a software GPU adapter compiles its shaders on the CPU
-        gpu = self.uses_webgpu() or "webgl" in str(self.backend_requested() or "")
-        return 2.0 + (2.5 if self.uses_webgpu() else 1.0 if gpu else 0.0)
+        return 2.0 + (2.5 if self.uses_webgpu() else 1.0 if self._gpu() else 0.0)
+
+    def contends(self) -> str | None:
+        return f"{self.service()} GPU process" if self._gpu() else None
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         """Engine-specific page configuration (merged into the ``harness.setup`` argument)."""
