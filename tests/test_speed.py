@@ -284,7 +284,8 @@ def test_hung_and_crashed_pages_cost_their_targets_only(tmp_path, request):
 
 @pytest.mark.web
 @needs_browser
-def test_ctrl_c_leaves_no_browser_or_worker(tmp_path, request):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_ctrl_c_or_a_kill_leaves_no_browser_or_worker(tmp_path, request, sig):
     import shutil
     import tempfile
 
@@ -298,9 +299,11 @@ def test_ctrl_c_leaves_no_browser_or_worker(tmp_path, request):
     while time.monotonic() < deadline and not list(scratch.glob("portability-chromium-*")):
         time.sleep(0.2)
     time.sleep(2)  # well inside the run: pages open, one of them hung
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)  # a kill: no clean-up of its own, its services and workers notice it is gone
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 130, err
-    time.sleep(1)
+    assert p.returncode == (130 if sig == signal.SIGINT else -sig), err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_leftovers(str(scratch)) or list(scratch.glob("portability-chromium-*"))):
+        time.sleep(0.2)
     assert not _leftovers(str(scratch)), _leftovers(str(scratch))
     assert not list(scratch.glob("portability-chromium-*"))

@@ -35,6 +35,13 @@ WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-webg
 
 START_TIMEOUT_S = 30.0
 
+#: Chromium runs under this shell, whose stdin is a pipe from the process that started it: when that process
+#: is gone (even SIGKILLed), the pipe's end stops the browser, every process it started (they stay in the
+#: shell's process group) and removes its profile. The shell also ends when the browser does.
+LIFELINE = ('exec 3<&0 0</dev/null; "$@" 3<&- & b=$!; '
+            '(read _ <&3; kill -9 $b; rm -rf "$PORTABILITY_PROFILE"; kill -9 0) & exec 3<&-; '
+            'wait $b; kill -9 0')
+
 
 def short_tmp() -> str | None:
     """The temp folder, unless its path is too long for Chromium's socket path (108 bytes): then /tmp."""
@@ -54,9 +61,10 @@ class Chromium:
                 f"--user-data-dir={self.profile}", *ARGS, *(WEBGPU_ARGS if webgpu else []), *(extra_args or []),
                 "about:blank"]
         try:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL, start_new_session=True,
-                                         env={**os.environ, "TMPDIR": self.profile})  # keeps its socket path short
+            self.proc = subprocess.Popen(["/bin/sh", "-c", LIFELINE, "sh", *args], stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                         env={**os.environ, "TMPDIR": self.profile,  # keeps its socket path short
+                                              "PORTABILITY_PROFILE": self.profile})
         except BaseException:
             shutil.rmtree(self.profile, ignore_errors=True)
             raise
@@ -90,6 +98,10 @@ class Chromium:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and every renderer / GPU process it started
         except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.stdin.close()
+        except OSError:
             pass
         try:
             self.proc.wait(timeout=10)
