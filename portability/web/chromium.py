@@ -35,12 +35,23 @@ WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-webg
 
 START_TIMEOUT_S = 30.0
 
-#: Chromium runs under this shell, whose stdin is a pipe from the process that started it: when that process
-#: is gone (even SIGKILLed), the pipe's end stops the browser, every process it started (they stay in the
-#: shell's process group) and removes its profile. The shell also ends when the browser does.
-LIFELINE = ('exec 3<&0 0</dev/null; "$@" 3<&- & b=$!; '
-            '(read _ <&3; kill -9 $b; rm -rf "$PORTABILITY_PROFILE"; kill -9 0) & exec 3<&-; '
-            'wait $b; kill -9 0')
+#: Chromium runs under this shell, whose stdin is a pipe from the process that started it. When that process
+#: is gone (even SIGKILLed), the pipe's end stops the browser and every process it started (they stay in the
+#: shell's process group), from a session of its own (``setsid``), which then removes the profile once
+#: nothing writes there any more. The shell also ends when the browser does.
+LIFELINE = """exec 3<&0 0</dev/null
+"$@" 3<&- &
+b=$!
+(read _ <&3
+ if command -v setsid >/dev/null; then
+   setsid sh -c 'kill -9 -"$0"; sleep 0.3; rm -rf "$1"' $$ "$PORTABILITY_PROFILE" 3<&- &
+ else
+   kill -9 $b; sleep 0.3; rm -rf "$PORTABILITY_PROFILE"; kill -9 0
+ fi) &
+exec 3<&-
+wait $b
+kill -9 0
+"""
 
 
 def short_tmp() -> str | None:
