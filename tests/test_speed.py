@@ -114,7 +114,7 @@ def test_targets_start_in_the_order_asked_and_low_memory_drains_the_parked_first
     started: list[str] = []
     for n, tid in enumerate(("b", "c", "d"), 1):  # queued in this order, while a works
         threading.Thread(target=lambda t=tid: (g.admit(t), started.append(t)), daemon=True).start()
-        _wait_until(lambda: g._pending == n)
+        _wait_until(lambda: len(g._unstarted) == n)
     low.set()  # memory runs low: the next target to start (b) is the last before a drain
     g.ready("a")
     _wait_until(lambda: started == ["b"])

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -113,13 +113,20 @@ class _Run:
         self.services = Services()
         #: the source's own runtime, targets without a converter route (id -> why), each target's plan
         self.reference, self.no_route, self.plans = REFERENCE, {}, {}
+        self._runtimes: dict[str, Any] = {}
+
+    def _runtime(self, target: Target):
+        """The target's runtime object, for what it says of itself (its cost, service, group): made once."""
+        from portability.core.target import load_class
+
+        if target.id not in self._runtimes:
+            self._runtimes[target.id] = load_class(target.runtime)(target.options)
+        return self._runtimes[target.id]
 
     def _lease(self, target: Target):
         """(services for the job, the lease): the shared service the target's runtime uses (a browser, the
         emulated ARM64 interpreter), started on first use."""
-        from portability.core.target import load_class
-
-        name = load_class(target.runtime)(target.options).service()
+        name = self._runtime(target).service()
         if not name:
             return {}, None
         if self.services.running(name):
@@ -142,9 +149,7 @@ class _Run:
 
     def prestart(self, targets: list[Target]) -> None:
         """The shared services the available ones of these targets use start now, beside the reference run."""
-        from portability.core.target import load_class
-
-        self.services.prestart({load_class(t.runtime)(t.options).service() for t in targets
+        self.services.prestart({self._runtime(t).service() for t in targets
                                 if t.id not in self.no_route and availability(t).ok})
 
     def close(self) -> None:
@@ -153,11 +158,8 @@ class _Run:
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
         """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
         (``engine/schedule.py``); the results in the order of ``targets``."""
-        from portability.core.target import load_class
-
-        runtimes = {t.id: load_class(t.runtime)(t.options) for t in targets}
-        order = by_cost(targets, lambda t: runtimes[t.id].cost())
-        self.gate.plan([(t.id, runtimes[t.id].contends()) for t in order])
+        order = by_cost(targets, lambda t: self._runtime(t).cost())
+        self.gate.plan([(t.id, self._runtime(t).contends()) for t in order])
         pool = ThreadPoolExecutor(max_workers=min(len(order), self.gate.threads()) or 1)
         try:
             done = dict(zip((t.id for t in order), pool.map(self.run, order)))

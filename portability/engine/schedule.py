@@ -5,13 +5,13 @@ once (``--jobs``, default: the cores). A worker that has done its work and is re
 its slot: it *parks* — its model loaded, its page open — and the next target starts in its place. Latency
 is sampled with nothing else working: the parked workers time one after another, in the order they became
 ready, once no target is left to start (or earlier: when ``parked`` wait, or when memory runs low beside
-what the loaded models hold); no target starts while they time. Targets start in the order given. So a check's latencies are as clean as with
-``--jobs 1``, while conversions, loads and correctness runs overlap, and the costly targets start first
-(``by_cost``) so that the cores stay busy to the end.
+what the loaded models hold); no target starts while they time. Targets start in the order planned
+(``plan``: the costly ones first, ``by_cost``, so that the cores stay busy to the end), except that targets
+of one group (sharing a process that serializes their work) work one at a time. So a check's latencies are
+as clean as with ``--jobs 1``, while conversions, loads and correctness runs overlap.
 """
 from __future__ import annotations
 
-import bisect
 import itertools
 import threading
 from collections import deque
@@ -50,13 +50,11 @@ class TimingGate:
         self._blocked: set[str] = set()  # waiting for another worker's conversion
         self._waiting: deque[str] = deque()
         self._timing: str | None = None
-        self._pending = 0  # threads waiting in admit: targets still to start
         self._tickets = itertools.count()
         self._rank: dict[str, int] = {}  # each admitted target's ticket
         self._resuming: list[str] = []  # started targets waiting for a slot again (after a shared service's
         # start): they take slots before any new target, in the order they were admitted
-        self._queue: list[int] = []  # their tickets: targets start in the order they asked (costliest first)
-        self._unstarted: dict[str, int] = {}  # planned targets not started yet -> their rank (``plan``)
+        self._unstarted: dict[str, int] = {}  # targets still to start (planned, or waiting in ``admit``) -> rank
         self._group: dict[str, str] = {}  # target -> the group it works alone in (``plan``)
         self._draining = False  # the parked workers time, all of them, before any target starts
 
@@ -81,31 +79,27 @@ class TimingGate:
             if self._unstarted.pop(tid, None) is not None:
                 self._cv.notify_all()
 
-    def _turn(self, tid: str, ticket: int) -> bool:
-        busy = {self._group.get(t) for t in self._working}
+    def _turn(self, tid: str) -> bool:
+        """``tid`` is the first target still to start whose group has no target working (a target not
+        planned ranks after the planned ones, in the order the targets asked)."""
+        busy = {self._group[t] for t in self._working if t in self._group}
         for t in sorted(self._unstarted, key=self._unstarted.__getitem__):
-            if t in self._group and self._group[t] in busy:
-                continue  # another target of its group works: the next one goes first
-            return t == tid
-        return tid not in self._unstarted and self._queue[0] == ticket  # unplanned: in the order they asked
+            if self._group.get(t) not in busy:
+                return t == tid
+        return False
 
     def admit(self, tid: str) -> None:
         """Before a target's worker starts: blocks while ``jobs`` work, while workers time, or while the
         parked workers are as many as allowed, and until it is the target's turn."""
         with self._cv:
-            ticket = self._unstarted.get(tid, next(self._tickets))
-            bisect.insort(self._queue, ticket)
-            self._pending += 1
+            self._unstarted.setdefault(tid, next(self._tickets))
             try:
-                self._cv.wait_for(lambda: self._turn(tid, ticket) and not self._resuming and self._timing is None
+                self._cv.wait_for(lambda: self._turn(tid) and not self._resuming and self._timing is None
                                   and not self._draining
                                   and len(self._working) < self.jobs and len(self._waiting) < self.parked)
             finally:
-                self._pending -= 1
-                self._queue.remove(ticket)
-            self._unstarted.pop(tid, None)
+                self._rank[tid] = self._unstarted.pop(tid)
             self._working.add(tid)
-            self._rank[tid] = ticket
             if self._waiting and self._memory_low():
                 self._draining = True  # the next ones start after the parked ones time and free memory
             self._cv.notify_all()
@@ -144,7 +138,7 @@ class TimingGate:
     def _may_time(self, tid: str) -> bool:
         return (self._timing is None and not self._working and not self._blocked and bool(self._waiting)
                 and self._waiting[0] == tid
-                and ((self._pending == 0 and not self._unstarted) or self._draining))
+                and (not self._unstarted or self._draining))
 
     def try_start(self, tid: str) -> bool:
         """True when ``tid`` may time now (and is then the one timing)."""

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import signal
+import subprocess
 import threading
 import time
 from typing import Any, ClassVar
@@ -24,6 +27,23 @@ PROVIDERS: dict[str, tuple[str, Any]] = {
     "browser-webgpu": ("portability.web.service:BrowserService", True),
     "arm64": ("portability.mobile.arm64_service:Arm64Service", None),
 }
+
+
+def stop_group(proc) -> None:
+    """Stop a shared process started in a session of its own with a lifeline on its stdin (it ends when that
+    pipe does): SIGKILL its whole process group, close the lifeline, reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 class SharedProcesses:

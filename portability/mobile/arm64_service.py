@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from portability.engine.services import SharedProcesses
+from portability.engine.services import SharedProcesses, stop_group
 from portability.web.browser import short_tmp
 
 #: how long the emulated server may take to import its runtimes and listen (seconds, under qemu)
@@ -76,18 +75,7 @@ class _Emulator:
             return
         self.stopped = True
         children = _children(self.proc.pid)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the server and every child it forked
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_group(self.proc)  # the server and every child it forked
         _gone(children)
         shutil.rmtree(self.folder, ignore_errors=True)
 

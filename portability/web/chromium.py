@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from portability.engine.services import stop_group
 from portability.web.paths import chromium_path
 
 ARGS = [
@@ -106,16 +106,5 @@ class Chromium:
         return self.proc.poll() is None
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and every renderer / GPU process it started
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_group(self.proc)  # the browser and every renderer / GPU process it started
         shutil.rmtree(self.profile, ignore_errors=True)
