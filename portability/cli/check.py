@@ -9,7 +9,7 @@ import typer
 from portability.cli.options import (CacheDirOpt, ConfigOpt, ConvertTimeoutOpt, CosineOpt, DatasetOpt, GateOpt, HtmlOpt,
                                      InputRangeOpt, InputsOpt, JobsOpt, JsonOpt, JunitOpt, MarkdownOpt, MaxAbsOpt,
                                      MaxAccuracyDropOpt, MemoryOpt, MinTop1Opt, NoCacheOpt, ProfileOpt, QuietOpt, RobustnessOpt,
-                                     RobustnessSamplesOpt, RunsOpt,
+                                     RobustnessSamplesOpt, RunsOpt, SandboxOpt,
                                      SamplesOpt, SeedOpt, ShapeOpt, TargetsOpt, TimeBudgetOpt, TimeoutOpt, ViaOpt, WarmupOpt)
 
 
@@ -78,6 +78,7 @@ def check(
     no_cache: NoCacheOpt = False,
     cache_dir: CacheDirOpt = None,
     jobs: JobsOpt = None,
+    sandbox: SandboxOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
@@ -120,7 +121,8 @@ def _check(f: dict[str, Any]) -> int:
     outputs.require_plotting(f["html_path"])
     tol = outputs.tolerances(cfg, f["baseline_latency"], f["max_size_growth"])
     base = outputs.load_baseline(f["baseline"] if f["baseline"] is not None else cfg.get("baseline"))
-    info = load_source_isolated(f["model"])
+    _say_sandbox(opts.sandbox, err)
+    info = load_source_isolated(f["model"], sandbox=opts.sandbox)
     outputs.require_comparable(base, info.to_dict())
     if not f["quiet"]:
         shape_s = ", ".join(f"{i.name} {i.dtype}[{','.join('?' if d is None else str(d) for d in i.shape)}]" for i in info.inputs)
@@ -131,6 +133,20 @@ def _check(f: dict[str, Any]) -> int:
         progress.status = status
         report = run_check(f["model"], opts, progress, model=info)
     return _report(f, report, base, tol, err)
+
+
+def _say_sandbox(mode: str, err) -> None:
+    """Where the OS sandbox cannot be set up: an error with ``--sandbox require``, else said once."""
+    from portability.core.errors import UsageError
+    from portability.core.sandbox import status
+
+    if mode == "off":
+        return
+    ok, why = status()
+    if not ok and mode == "require":
+        raise UsageError(f"--sandbox require: {why}")
+    if not ok:
+        err.print(f"[yellow]note:[/] not sandboxed: {why}", highlight=False)
 
 
 def _report(f: dict[str, Any], report, base, tol, err) -> int:

@@ -259,28 +259,12 @@ def _first_line(e: Exception) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def load_model_isolated(path: str | os.PathLike, timeout_s: float = 600) -> ModelInfo:
-    """``load_model`` in a child process: a crafted file that crashes or hangs onnx's C++ checker costs
-    that child, not the run (the answer is then a BadModel, exit 2)."""
-    import json
-    import signal
-    import subprocess
-    import sys
+def load_model_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str = "auto") -> ModelInfo:
+    """``load_model`` in a child process, in the OS sandbox: a crafted file that crashes or hangs onnx's C++
+    checker costs that child, not the run (the answer is then a BadModel, exit 2)."""
+    from portability.sources import _child
 
-    try:
-        p = subprocess.run([sys.executable, "-m", "portability.core.model", str(path)], capture_output=True,
-                           text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise BadModel(f"validating {path} took longer than {timeout_s:g} s: refused") from None
-    if p.returncode < 0:
-        raise BadModel(f"validating {path} crashed onnx's checker ({signal.Signals(-p.returncode).name}): refused")
-    try:
-        answer = json.loads(p.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise BadModel(f"validating {path} failed: {(p.stderr.strip().splitlines() or ['no answer'])[-1]}") from None
-    if "error" in answer:
-        raise BadModel(answer["error"])
-    return ModelInfo.from_dict(answer)
+    return _child(["-m", "portability.core.model", str(Path(path).absolute())], Path(path), timeout_s, sandbox, "validating")
 
 
 if __name__ == "__main__":

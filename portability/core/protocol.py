@@ -82,6 +82,8 @@ class Job:
     #: neither converters nor timing see them, and their outputs go to ``extra_outputs``
     extra_feeds: str = ""
     extra_outputs: str = ""
+    #: the OS sandbox the worker enters before it reads the model (``core.sandbox.Sandbox.to_dict``)
+    sandbox: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -55,6 +55,8 @@ class CheckOptions:
     robustness: bool = False
     #: the first rows of the inputs it perturbs
     robustness_samples: int = 64
+    #: the OS sandbox of every process that reads or runs the model: auto, require, off (``core.sandbox``)
+    sandbox: str = "auto"
 
 
 def default_jobs() -> int:
@@ -72,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     "timeout": _L.run_timeout_s, "convert_timeout": _L.convert_timeout_s, "memory_limit_mb": None,
     "thresholds": {}, "gate": [], "use_cache": _D.use_cache, "cache_dir": None, "jobs": _D.jobs,
     "via": None, "robustness": _D.robustness, "robustness_samples": _D.robustness_samples,
+    "sandbox": _D.sandbox,
 }
 #: flag names that set a threshold, and the threshold they set
 THRESHOLD_FLAGS = {"max_abs": "max_abs", "cosine": "cosine", "min_top1": "top1_agreement", "max_accuracy_drop": "accuracy_drop"}
@@ -151,7 +154,15 @@ def resolve(*layers: dict[str, Any]) -> CheckOptions:
         gate=_gate(s["gate"]), timeout_explicit=any(layer.get("timeout") is not None for layer in layers),
         use_cache=bool(s["use_cache"]), cache_dir=path(s["cache_dir"]), jobs=int(s["jobs"]),
         via=str(s["via"]) if s["via"] else None, robustness=bool(s["robustness"]),
-        robustness_samples=_positive(s["robustness_samples"], "--robustness-samples"))
+        robustness_samples=_positive(s["robustness_samples"], "--robustness-samples"), sandbox=_sandbox(s["sandbox"]))
+
+
+def _sandbox(v: Any) -> str:
+    from portability.core.sandbox import MODES
+
+    if str(v) not in MODES:
+        raise UsageError(f"--sandbox must be one of {', '.join(MODES)}, got '{v}'")
+    return str(v)
 
 
 def _positive(v: Any, flag: str) -> int:

@@ -170,9 +170,35 @@ class _Run:
         pool.shutdown()
         return [done[t.id] for t in targets]
 
-    def job(self, target: Target, services: dict[str, str] | None = None) -> Job:
+    def sandbox(self, target: Target, services: dict[str, str], wdir: Path) -> dict:
+        """The OS sandbox of the target's worker: it reads the model's folder, the run's folder and the cache;
+        writes its own folder, and the cache's artifact store only while it converts; reaches on the network
+        only what its runtime needs (a browser's DevTools port)."""
+        from urllib.parse import urlsplit
+
+        from portability.core.sandbox import Sandbox
+        from portability.engine.cache import default_root
+        from portability.sources import model_folder
+
         o = self.opts
-        return Job(services=dict(services or {}), target=target, source=self.model.artifact(), signature=self.model.signature(),
+        cache = Path(o.cache_dir) if o.cache_dir else default_root()
+        (cache / "artifacts").mkdir(parents=True, exist_ok=True)
+        mode = o.sandbox
+        ports: tuple[int, ...] = ()
+        if self._runtime(target).network == "browser":
+            endpoint = next(iter(services.values()), None)
+            if endpoint:
+                ports = (int(urlsplit(endpoint).port or 0),)
+            elif mode == "auto":  # no shared browser: the worker starts a browser of its own, which needs more
+                mode = "off"
+        return Sandbox(mode=mode, read=(str(model_folder(self.model.path)), str(self.workdir), str(cache)),
+                       write=(str(wdir),), write_until_narrowed=(str(cache / "artifacts"),) if o.use_cache else (),
+                       connect_ports=ports, bind=self._runtime(target).network == "browser").to_dict()
+
+    def job(self, target: Target, services: dict[str, str] | None = None, wdir: Path | None = None) -> Job:
+        o = self.opts
+        return Job(services=dict(services or {}),
+                   sandbox=self.sandbox(target, dict(services or {}), wdir) if wdir is not None else {}, target=target, source=self.model.artifact(), signature=self.model.signature(),
                    feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
                    output_names=self.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
@@ -208,7 +234,7 @@ class _Run:
             try:
                 log.debug("%s: admitted", target.id)
                 services, lease = self._lease(target)
-                wr = run_worker(self.job(target, services), wdir, limits,
+                wr = run_worker(self.job(target, services, wdir), wdir, limits,
                                 lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)
                 self._release(lease, wr)
             finally:
@@ -298,7 +324,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
           model: ModelInfo | None = None) -> Report:
     """Run a whole check. Raises UsageError (bad model / input / flags) before any target runs."""
     progress = progress or _Silent()
-    model = model or load_source_isolated(model_path)
+    model = model or load_source_isolated(model_path, sandbox=opts.sandbox)
     feeds = prepare_feeds(model, opts)
     targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via)
     verdict.check_gate_rules(targets, opts.gate)

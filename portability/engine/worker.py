@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from portability.core import sandbox
 from portability.core.protocol import ConversionStep, Job, Phase, WorkerResult
 
 
@@ -135,6 +137,7 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
         cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache,
                       scratch_parent=Path.cwd())  # the run's folder: removed by the parent even if we are killed
         art = _convert(job, feeds, events, p, cache)
+        sandbox.narrow(sandbox.Sandbox.from_dict(job.sandbox))  # converted: the cache is no longer writable
 
         p.phase = Phase.LOAD
         events.phase(Phase.LOAD)
@@ -175,6 +178,25 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
                         peak_rss_mb=round(max(ru, ruc), 1), **p.fields)
 
 
+def _confine(job: Job) -> None:
+    """Enter the job's OS sandbox (``core.sandbox``) before anything reads the model: a private temporary
+    folder in the worker's own folder, then the confinement. Required and impossible: the worker stops."""
+    sb = sandbox.Sandbox.from_dict(job.sandbox)
+    if not job.sandbox or sb.mode == "off":
+        return
+    tmp = Path.cwd() / "tmp"
+    tmp.mkdir(exist_ok=True)
+    os.environ.update(sandbox.private_env(dict(os.environ), tmp))
+    tempfile.tempdir = None
+    try:
+        why = sandbox.enter(sb)
+    except sandbox.SandboxError as e:
+        print(str(e), file=sys.stderr)
+        os._exit(70)
+    if why:
+        print(f"not sandboxed: {why}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> NoReturn:
     job_path = Path(argv[0])
     job = Job.from_dict(json.loads(job_path.read_text()))
@@ -183,6 +205,7 @@ def main(argv: list[str]) -> NoReturn:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     events = _Events(events_fd)
     events.phase(Phase.START, pid=os.getpid())
+    _confine(job)
     result = run_job(job, events)
     tmp = Path(job.result).with_suffix(".tmp")
     tmp.write_text(json.dumps(result.to_dict()))

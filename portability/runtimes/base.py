@@ -44,6 +44,9 @@ class Runtime(ABC):
     #: about how many seconds of work a target of this runtime costs on a small model (start-up, imports,
     #: compilation): the check starts the costly ones first, so that the cores stay busy to the end
     cost_s: ClassVar[float] = 0.3
+    #: what its worker may reach over the network in the OS sandbox (``core.sandbox``): "none", or
+    #: "browser" (its shared browser's DevTools port, and a loopback port of its own for the page's files)
+    network: ClassVar[str] = "none"
 
     #: the target options it reads; any other is a mistake in a target's definition
     OPTIONS: ClassVar[frozenset[str]] = frozenset()

@@ -62,6 +62,7 @@ class WebRuntime(Runtime):
     packages: ClassVar[dict[str, str]] = {}
     served: ClassVar[tuple[str, ...]] = ()
     device = "cpu"
+    network: ClassVar[str] = "browser"
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)

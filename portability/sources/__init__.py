@@ -51,6 +51,8 @@ def detect(path: str | os.PathLike) -> str:
     """The source kind of ``path`` (BadModel for a refused or missing file). Anything unrecognised is
     handed to the ONNX loader, whose messages say what is wrong with it."""
     p = Path(path)
+    if p.is_symlink():  # its folder would not be the one read: the sandbox and the checks confine to the link's
+        raise BadModel(f"{p.name} is a symbolic link: refused (give the model itself, in its own folder)")
     if not p.exists():
         raise BadModel(f"model file not found: {p}")
     if p.is_dir():
@@ -98,40 +100,55 @@ def first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600):
+def model_folder(path: str | os.PathLike) -> Path:
+    """The folder a model's files live in: all that its readers and runtimes may read of it."""
+    p = Path(path).resolve()
+    return p if p.is_dir() else p.parent
+
+
+def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str = "auto"):
     """The source at ``path`` described (``ModelInfo``), read in a child process: a crafted file that
-    crashes or hangs a framework's loader costs that child, not the run (the answer is a BadModel)."""
-    from portability.core.model import load_model_isolated
-
+    crashes or hangs a framework's loader costs that child, not the run (the answer is a BadModel). The
+    child runs in the OS sandbox (``core.sandbox``): it reads the model's folder, writes nothing but its
+    own temporary folder, and has no network."""
     kind = detect(path)
-    if kind == "onnx":
-        return load_model_isolated(path, timeout_s)
-    return _child(kind, Path(path), timeout_s)
+    argv = ["-m", "portability.core.model"] if kind == "onnx" else ["-m", "portability.sources", kind]
+    what = "validating" if kind == "onnx" else "reading"
+    return _child(argv + [str(Path(path).absolute())], Path(path), timeout_s, sandbox, what)
 
 
-def _child(kind: str, path: Path, timeout_s: float):
+def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: str):
     import json
+    import shutil
     import signal
     import subprocess
     import sys
+    import tempfile
 
+    from portability.core import sandbox as sbx
     from portability.core.model import ModelInfo
 
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1")
+    tmp = Path(tempfile.mkdtemp(prefix="portability-load-"))
+    sb = sbx.Sandbox(mode=sandbox, read=(str(model_folder(path)),), write=(str(tmp),))
+    env = sbx.private_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1"), tmp)
     try:
-        p = subprocess.run([sys.executable, "-m", "portability.sources", kind, str(path)], capture_output=True,
-                           text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
+        p = subprocess.run(sbx.command(sb, [sys.executable] + argv), capture_output=True, text=True,
+                           timeout=timeout_s, stdin=subprocess.DEVNULL, env=env, cwd=tmp)
     except subprocess.TimeoutExpired:
-        raise BadModel(f"reading {path} took longer than {timeout_s:g} s: refused") from None
+        raise BadModel(f"{what} {path} took longer than {timeout_s:g} s: refused") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     if p.returncode < 0:
-        raise BadModel(f"reading {path} crashed its loader ({signal.Signals(-p.returncode).name}): refused")
+        raise BadModel(f"{what} {path} crashed its loader ({signal.Signals(-p.returncode).name}): refused")
+    if p.returncode == 70 and "sandbox could not be set up" in p.stderr:
+        raise BadModel(p.stderr.strip().splitlines()[-1])
     try:
         answer = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise BadModel(f"reading {path} failed: {(p.stderr.strip().splitlines() or ['no answer'])[-1]}") from None
+        raise BadModel(f"{what} {path} failed: {(p.stderr.strip().splitlines() or ['no answer'])[-1]}") from None
     if "error" in answer:
         raise BadModel(answer["error"])
     return ModelInfo.from_dict(answer)
 
 
-__all__ = ["SOURCES", "REFERENCES", "detect", "reference", "load_source_isolated"]
+__all__ = ["SOURCES", "REFERENCES", "detect", "reference", "load_source_isolated", "model_folder"]
