@@ -68,8 +68,10 @@ def prepare_feeds(model: ModelInfo, opts: CheckOptions) -> inp.Feeds:
     return feeds
 
 
-def environment() -> dict:
+def environment(sandbox: str = "auto") -> dict:
     from importlib.metadata import PackageNotFoundError, version
+
+    from portability.core.sandbox import status
 
     pkgs = {}
     for p in ENV_PACKAGES:
@@ -85,8 +87,10 @@ def environment() -> dict:
                 break
     except OSError:
         pass
+    ok, why = status()
     return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-            "cores": os.cpu_count(), "packages": pkgs}
+            "cores": os.cpu_count(), "packages": pkgs,
+            "sandbox": "off (--sandbox off)" if sandbox == "off" else why if ok else f"none: {why}"}
 
 
 class _Run:
@@ -110,7 +114,7 @@ class _Run:
         self.score_name: str | None = None
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
         self.gate = TimingGate(opts.jobs)
-        self.services = Services()
+        self.services = Services(self._shared_sandbox())
         #: the source's own runtime, targets without a converter route (id -> why), each target's plan
         self.reference, self.no_route, self.plans = REFERENCE, {}, {}
         self._runtimes: dict[str, Any] = {}
@@ -170,6 +174,27 @@ class _Run:
         pool.shutdown()
         return [done[t.id] for t in targets]
 
+    def _cache_root(self) -> Path:
+        from portability.engine.cache import default_root
+
+        return Path(self.opts.cache_dir) if self.opts.cache_dir else default_root()
+
+    def _readable(self) -> tuple[str, ...]:
+        """What a sandboxed process of this check may read besides the system: the model's folder, the run's
+        folder, the cache, and the provisioned environments (the ARM64 root file system, MXNet's venv)."""
+        from portability import mxnet_env
+        from portability.mobile import arm64
+        from portability.sources import model_folder
+
+        return (str(model_folder(self.model.path)), str(self.workdir), str(self._cache_root()), str(arm64.home()),
+                str(mxnet_env.venv_dir()))
+
+    def _shared_sandbox(self) -> dict:
+        """What the services that read model content may read (each adds the folder it writes)."""
+        from portability.core.sandbox import Sandbox
+
+        return Sandbox(mode=self.opts.sandbox, read=self._readable()).to_dict()
+
     def sandbox(self, target: Target, services: dict[str, str], wdir: Path) -> dict:
         """The OS sandbox of the target's worker: it reads the model's folder, the run's folder and the cache;
         writes its own folder, and the cache's artifact store only while it converts; reaches on the network
@@ -177,11 +202,9 @@ class _Run:
         from urllib.parse import urlsplit
 
         from portability.core.sandbox import Sandbox
-        from portability.engine.cache import default_root
-        from portability.sources import model_folder
 
         o = self.opts
-        cache = Path(o.cache_dir) if o.cache_dir else default_root()
+        cache = self._cache_root()
         (cache / "artifacts").mkdir(parents=True, exist_ok=True)
         mode = o.sandbox
         ports: tuple[int, ...] = ()
@@ -191,7 +214,7 @@ class _Run:
                 ports = (int(urlsplit(endpoint).port or 0),)
             elif mode == "auto":  # no shared browser: the worker starts a browser of its own, which needs more
                 mode = "off"
-        return Sandbox(mode=mode, read=(str(model_folder(self.model.path)), str(self.workdir), str(cache)),
+        return Sandbox(mode=mode, read=self._readable(),
                        write=(str(wdir),), write_until_narrowed=(str(cache / "artifacts"),) if o.use_cache else (),
                        connect_ports=ports, bind=self._runtime(target).network == "browser").to_dict()
 
@@ -357,7 +380,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     return Report(
         tool={"name": "portability", "version": portability.__version__},
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        environment=environment(),
+        environment=environment(opts.sandbox),
         model=model.to_dict(),
         inputs={"source": feeds.source, "samples": feeds.samples, "batches": feeds.batches, "seed": feeds.seed,
                 "path": str(opts.dataset or opts.inputs) if (opts.dataset or opts.inputs) else None,

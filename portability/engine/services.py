@@ -134,9 +134,12 @@ class Services:
     None)`` when the service cannot start (the worker then does without: its own browser, its own
     emulator)."""
 
-    def __init__(self):
+    def __init__(self, sandbox: dict | None = None):
         self._lock = threading.Lock()
         self._providers: dict[str, Any] = {}
+        #: the OS sandbox (``core.sandbox.Sandbox.to_dict``: its mode and what it may read) of the services
+        #: that read model content (the emulated ARM64 server); each adds the folder it writes
+        self.sandbox = dict(sandbox or {})
 
     def _provider(self, cls_path: str):
         with self._lock:
@@ -144,6 +147,7 @@ class Services:
             if p is None:
                 mod, _, name = cls_path.partition(":")
                 p = self._providers[cls_path] = getattr(importlib.import_module(mod), name)()
+                p.sandbox = self.sandbox
             return p
 
     def running(self, name: str) -> bool:

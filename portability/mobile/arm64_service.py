@@ -26,7 +26,7 @@ LOG = "server.log"
 
 
 class _Emulator:
-    def __init__(self):
+    def __init__(self, sandbox: dict | None = None):
         from portability.mobile import arm64
         from portability.runtimes.arm64 import SERVER
 
@@ -39,12 +39,24 @@ class _Emulator:
         self.stopped = False
         argv, env = arm64.command()
         env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's BLAS is unused here: no idle threads to fork past
+        argv = self._confined(argv, sandbox)
         with open(Path(self.folder) / LOG, "wb") as err:
             # stdin is the server's lifeline: it exits at EOF, when this process is gone
             self.proc = subprocess.Popen(argv + ["-u", str(SERVER), "--listen", self.endpoint], env=env, cwd=self.folder,
                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
                                          start_new_session=True)
         self._wait_socket()
+
+    def _confined(self, argv: list[str], sandbox: dict | None) -> list[str]:
+        """The emulator under the check's OS sandbox: it reads what the workers read (the model's folder, the
+        run's folder, the cache with its root file system), writes only its own folder, has no network."""
+        from portability.core.sandbox import Sandbox, command
+
+        if not sandbox:
+            return argv
+        sb = Sandbox.from_dict(sandbox)
+        sb = Sandbox(mode=sb.mode, read=sb.read, write=(self.folder,))
+        return command(sb, argv)
 
     def _wait_socket(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -112,5 +124,7 @@ class Arm64Service(SharedProcesses):
     what = "ARM64 emulator"
     remember_failure = True  # the targets start emulators of their own
 
+    sandbox: dict | None = None
+
     def start(self, flavour=None) -> _Emulator:
-        return _Emulator()
+        return _Emulator(self.sandbox)

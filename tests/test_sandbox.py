@@ -1,0 +1,145 @@
+"""The OS sandbox (``portability/core/sandbox.py``): what a confined process can and cannot touch, and that
+the sandbox alone — with the allow-lists switched off by their debug switch — stops a hostile model's file
+read and file write outside its folder, where the same model without the sandbox does both."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT, by_id, run_cli
+from portability.core import sandbox
+
+pytestmark = pytest.mark.skipif(not sandbox.status()[0], reason=f"no OS sandbox here: {sandbox.status()[1]}")
+
+#: the allow-lists' debug switch: only the OS sandbox stands between the model and the machine
+NO_ALLOWLISTS = {"PORTABILITY_DEBUG_NO_ALLOWLISTS": "1"}
+
+
+def _confined(tmp_path: Path, code: str, **spec) -> dict:
+    """Run ``code`` (which fills a dict ``out``) in a child that entered ``Sandbox(**spec)``; ``out``."""
+    prog = textwrap.dedent("""
+        import json, os, sys
+        from portability.core.sandbox import Sandbox, enter
+        why = enter(Sandbox(**json.loads(sys.argv[1])))
+        out = {"why": why}
+        def attempt(name, fn):
+            try:
+                out[name] = fn()
+            except OSError as e:
+                out[name] = f"denied: {e.strerror}"
+    """) + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
+    spec = {"mode": "require", **{k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()}}
+    p = subprocess.run([sys.executable, "-c", prog, json.dumps(spec)], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_confined_process_reads_and_writes_only_what_it_is_given(tmp_path):
+    model, work, elsewhere = tmp_path / "model", tmp_path / "work", tmp_path / "elsewhere"
+    for d in (model, work, elsewhere):
+        d.mkdir()
+    (model / "m.bin").write_text("weights")
+    (elsewhere / "secret.txt").write_text("secret")
+    out = _confined(tmp_path, f"""
+        attempt("model", lambda: open({str(model / 'm.bin')!r}).read())
+        attempt("secret", lambda: open({str(elsewhere / 'secret.txt')!r}).read())
+        attempt("passwd", lambda: open("/etc/passwd").read()[:4])
+        attempt("work", lambda: open({str(work / 'out.txt')!r}, "w").write("ok"))
+        attempt("outside", lambda: open({str(elsewhere / 'planted.txt')!r}, "w").write("x"))
+        attempt("model_write", lambda: open({str(model / 'm.bin')!r}, "a").write("x"))
+        attempt("tmp", lambda: open("/tmp/portability-sandbox-probe", "w").write("x"))
+        import numpy
+        out["numpy"] = float(numpy.ones(3).sum())
+    """, read=(str(model),), write=(str(work),))
+    assert out["why"] is None
+    assert out["model"] == "weights" and out["work"] == 2 and out["numpy"] == 3.0
+    for k in ("secret", "passwd", "outside", "model_write", "tmp"):
+        assert str(out[k]).startswith("denied"), (k, out[k])
+    assert not (elsewhere / "planted.txt").exists() and not Path("/tmp/portability-sandbox-probe").exists()
+
+
+def test_a_confined_process_has_no_network_but_the_ports_it_is_given(tmp_path):
+    with socket.socket() as srv, socket.socket() as other:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        other.bind(("127.0.0.1", 0))
+        other.listen(4)
+        port, other_port = srv.getsockname()[1], other.getsockname()[1]
+        code = f"""
+            import socket
+            attempt("given", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=5).close() or "ok")
+            attempt("other", lambda: socket.create_connection(("127.0.0.1", {other_port}), timeout=5).close() or "ok")
+        """
+        out = _confined(tmp_path, code)  # no port given: a network of its own, or no TCP at all
+        assert str(out["given"]).startswith("denied") or "refused" in str(out["given"]).lower(), out
+        assert out["other"] != "ok"
+        if sandbox.landlock_abi() >= 4:
+            out = _confined(tmp_path, code, connect_ports=(port,))
+            assert out["given"] == "ok" and str(out["other"]).startswith("denied"), out
+
+
+def test_the_check_runs_sandboxed_and_says_so_nowhere_when_it_is(tmp_path):
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server/ort-cpu,server/tf", "--sandbox", "require",
+                "--json", str(tmp_path / "r.json"))
+    assert p.returncode == 0, p.stderr
+    assert "not sandboxed" not in p.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert by_id(report)["server/tf"]["status"] == "pass"
+    assert "Landlock" in report["environment"]["sandbox"]
+
+
+def test_a_bad_sandbox_mode_is_a_usage_error():
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--sandbox", "sometimes")
+    assert p.returncode == 2 and "--sandbox must be one of auto, require, off" in p.stderr, p.stderr
+
+
+def test_a_symlinked_model_is_refused_without_following_it(tmp_path):
+    link = tmp_path / "model.onnx"
+    link.symlink_to(FIXTURES / "lenet.onnx")
+    p = run_cli("check", str(link), "--targets", "server")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "symbolic link" in lines[0] and "refused" in lines[0] and "fixtures" not in lines[0], lines[0]
+
+
+def _file_thief(folder: Path, secret: Path, loot: Path) -> None:
+    """A SavedModel whose serving function reads ``secret`` and writes it to ``loot`` (both outside its folder)."""
+    import tensorflow as tf
+
+    class Thief(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32, name="x")])
+        def serve(self, x):
+            data = tf.io.read_file(str(secret))
+            with tf.control_dependencies([tf.io.write_file(str(loot), data)]):
+                return {"y": x * 2.0 + tf.cast(tf.strings.length(data), tf.float32)}
+
+    m = Thief()
+    tf.saved_model.save(m, str(folder), signatures={"serving_default": m.serve})
+
+
+@pytest.mark.parametrize("mode", ["require", "off"])
+def test_the_sandbox_alone_stops_a_file_read_and_write_outside_the_folder(tmp_path, mode):
+    pytest.importorskip("tensorflow")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    secret, loot = elsewhere / "secret.txt", elsewhere / "loot.txt"
+    secret.write_text("the secret")
+    _file_thief(tmp_path / "thief", secret, loot)
+    out = tmp_path / "r.json"
+    p = run_cli("check", str(tmp_path / "thief"), "--targets", "server", "--sandbox", mode, "--json", str(out),
+                env=NO_ALLOWLISTS)
+    ref = json.loads(out.read_text())["targets"][0]
+    if mode == "off":  # the control: without allow-lists or sandbox the model steals the file
+        assert loot.read_text() == "the secret", p.stderr
+        return
+    assert p.returncode == 1, p.stderr
+    assert not loot.exists()
+    assert ref["status"] in ("run-error", "load-error") and "Permission denied" in ref["error"], ref
