@@ -59,9 +59,13 @@ def _known(dtype: str) -> bool:
         return False
 
 
-def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float = 600) -> dict:
+def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float = 600, sandbox: str = "auto") -> dict:
     """Craft FGSM and PGD examples on ``model`` (a ``ModelInfo``) around the clean rows of the perturbed set
-    ``ps`` and append them to it; returns the report's ``adversarial`` facts (``available`` and why not)."""
+    ``ps`` and append them to it; returns the report's ``adversarial`` facts (``available`` and why not).
+    The crafting child runs in the OS sandbox: it reads the model's folder and writes only its own."""
+    from portability.core import sandbox as sbx
+    from portability.sources import model_folder
+
     reason = why_not(model)
     if reason:
         return unavailable(reason)
@@ -77,10 +81,13 @@ def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float
                # every input's leading dimension is free: the batches can be crafted as one
                "batchable": all(i.shape and not isinstance(i.shape[0], int) for i in model.inputs)}
         (d / "job.json").write_text(json.dumps(job))
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1")
+        (d / "tmp").mkdir()
+        env = sbx.private_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1"), d / "tmp")
+        sb = sbx.Sandbox(mode=sandbox, read=(str(model_folder(model.path)),), write=(str(d),))
         try:
-            p = subprocess.run([sys.executable, "-m", "portability.engine.adversarial", str(d / "job.json")],
-                               capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
+            p = subprocess.run(sbx.command(sb, [sys.executable, "-m", "portability.engine.adversarial", str(d / "job.json")]),
+                               capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env,
+                               cwd=d)
         except subprocess.TimeoutExpired:
             return unavailable(f"crafting took longer than {timeout_s:g} s")
         try:

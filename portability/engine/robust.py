@@ -32,7 +32,7 @@ def prepare(model, feeds, opts, workdir: Path) -> Robustness:
 
     ps = perturb.build(feeds.arrays, feeds.labels, opts.robustness_samples, opts.seed, opts.value_range,
                        model.index_bounds)
-    adv = adversarial.craft(model, ps)
+    adv = adversarial.craft(model, ps, sandbox=opts.sandbox)
     if not adv.get("available"):
         log.info("adversarial robustness not available: %s", adv.get("reason"))
     path = workdir / "extra_feeds.npz"
