@@ -259,7 +259,7 @@ def _first_line(e: Exception) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def load_model_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str = "auto") -> ModelInfo:
+def load_model_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str | None = None) -> ModelInfo:
     """``load_model`` in a child process, in the OS sandbox: a crafted file that crashes or hangs onnx's C++
     checker costs that child, not the run (the answer is then a BadModel, exit 2)."""
     from portability.sources import _child

@@ -64,6 +64,12 @@ _SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/pro
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 
+def default_mode() -> str:
+    """``$PORTABILITY_SANDBOX`` (auto, require, off), else auto: the mode of a check that names none."""
+    mode = os.environ.get("PORTABILITY_SANDBOX") or "auto"
+    return mode if mode in MODES else "auto"
+
+
 class SandboxError(RuntimeError):
     """The sandbox was required and could not be set up."""
 
@@ -159,6 +165,13 @@ def _python_paths() -> list[str]:
     return sorted(paths)
 
 
+def _gpu_devices() -> list[str]:
+    """A CUDA or DRM GPU's device files, where the machine has them (``server/ort-cuda``)."""
+    import glob
+
+    return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri/*"))
+
+
 def _layer(abi: int, read: list[str], write: list[str], sb: Sandbox) -> int:
     """A Landlock ruleset fd for one layer."""
     libc = _libc()
@@ -191,7 +204,7 @@ def _layer(abi: int, read: list[str], write: list[str], sb: Sandbox) -> int:
     try:
         for p in list(_SYSTEM) + _python_paths() + list(_ETC) + read:
             allow(p, _READ)
-        for p in _DEVICES:
+        for p in list(_DEVICES) + _gpu_devices():
             allow(p, _DEV)
         for p in write:
             allow(p, _WRITE)

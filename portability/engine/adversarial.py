@@ -59,7 +59,7 @@ def _known(dtype: str) -> bool:
         return False
 
 
-def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float = 600, sandbox: str = "auto") -> dict:
+def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float = 600, sandbox: str | None = None) -> dict:
     """Craft FGSM and PGD examples on ``model`` (a ``ModelInfo``) around the clean rows of the perturbed set
     ``ps`` and append them to it; returns the report's ``adversarial`` facts (``available`` and why not).
     The crafting child runs in the OS sandbox: it reads the model's folder and writes only its own."""
@@ -83,7 +83,7 @@ def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float
         (d / "job.json").write_text(json.dumps(job))
         (d / "tmp").mkdir()
         env = sbx.private_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1"), d / "tmp")
-        sb = sbx.Sandbox(mode=sandbox, read=(str(model_folder(model.path)),), write=(str(d),))
+        sb = sbx.Sandbox(mode=sandbox or sbx.default_mode(), read=(str(model_folder(model.path)),), write=(str(d),))
         try:
             p = subprocess.run(sbx.command(sb, [sys.executable, "-m", "portability.engine.adversarial", str(d / "job.json")]),
                                capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env,

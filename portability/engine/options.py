@@ -139,7 +139,9 @@ def resolve(*layers: dict[str, Any]) -> CheckOptions:
         bad = sorted(k for k, v in layer.items() if k not in known and v is not None)
         if bad:
             raise UsageError(f"unknown option '{bad[0]}' (known: {', '.join(sorted(known))})")
-    s = dict(DEFAULTS)
+    from portability.core.sandbox import default_mode
+
+    s = dict(DEFAULTS, sandbox=default_mode())
     for layer in layers:
         s.update({k: v for k, v in layer.items() if k in DEFAULTS and v is not None and k != "thresholds"})
     glob, per = _thresholds(list(layers))

@@ -106,7 +106,7 @@ def model_folder(path: str | os.PathLike) -> Path:
     return p if p.is_dir() else p.parent
 
 
-def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str = "auto"):
+def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str | None = None):
     """The source at ``path`` described (``ModelInfo``), read in a child process: a crafted file that
     crashes or hangs a framework's loader costs that child, not the run (the answer is a BadModel). The
     child runs in the OS sandbox (``core.sandbox``): it reads the model's folder, writes nothing but its
@@ -129,7 +129,7 @@ def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: st
     from portability.core.model import ModelInfo
 
     tmp = Path(tempfile.mkdtemp(prefix="portability-load-"))
-    sb = sbx.Sandbox(mode=sandbox, read=(str(model_folder(path)),), write=(str(tmp),))
+    sb = sbx.Sandbox(mode=sandbox or sbx.default_mode(), read=(str(model_folder(path)),), write=(str(tmp),))
     env = sbx.private_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1"), tmp)
     try:
         p = subprocess.run(sbx.command(sb, [sys.executable] + argv), capture_output=True, text=True,
