@@ -51,7 +51,8 @@ def check(
     junit_path: JunitOpt = None,
     html_path: HtmlOpt = None,
     markdown_path: MarkdownOpt = None,
-    baseline: Optional[str] = typer.Option(None, "--baseline", help="Compare with a history run id or a JSON report: exit 1 when a gating target regressed (status, drift, accuracy, size)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Compare with a history run id, a JSON report or a --save-outputs file: exit 1 when a gating target regressed (status, outputs, drift, accuracy, size). Outputs are compared with the baseline's own outputs on the same inputs (a run id or an outputs file keeps them)."),
+    save_outputs: Optional[Path] = typer.Option(None, "--save-outputs", help="Write every target's outputs (whole while small, else a seeded sample with statistics and digests) and the report to this .npz, for --baseline FILE elsewhere."),
     baseline_latency: bool = typer.Option(False, "--baseline-latency", help="With --baseline, a p50 latency slower than the regression tolerance (default 1.5x) is a regression too."),
     max_size_growth: Optional[float] = typer.Option(None, "--max-size-growth", min=0, help="With --baseline, the largest allowed artifact growth as a fraction (default 0.10)."),
     no_history: bool = typer.Option(False, "--no-history", help="Do not record this check in the history database."),
@@ -89,7 +90,7 @@ def check(
 
 
 #: flags that are not check settings (outputs, comparison, settings file, display)
-_NOT_SETTINGS = ("model", "json_path", "junit_path", "html_path", "markdown_path", "baseline", "baseline_latency",
+_NOT_SETTINGS = ("model", "json_path", "junit_path", "html_path", "markdown_path", "baseline", "save_outputs", "baseline_latency",
                  "max_size_growth", "no_history", "profile", "config", "quiet", "shape", "no_cache")
 
 
@@ -117,7 +118,7 @@ def _check(f: dict[str, Any]) -> int:
     err = Console(stderr=True)
     cfg, flags = _settings(f)
     opts = resolve({k: v for k, v in cfg.items() if k in DEFAULTS}, flags)
-    outputs.require_writable(f["json_path"], f["junit_path"], f["html_path"], f["markdown_path"])
+    outputs.require_writable(f["json_path"], f["junit_path"], f["html_path"], f["markdown_path"], f["save_outputs"])
     outputs.require_plotting(f["html_path"])
     tol = outputs.tolerances(cfg, f["baseline_latency"], f["max_size_growth"])
     base = outputs.load_baseline(f["baseline"] if f["baseline"] is not None else cfg.get("baseline"))
@@ -129,10 +130,14 @@ def _check(f: dict[str, Any]) -> int:
         kind = f"opset {info.opset}" if info.format == "onnx" else f"{info.format} ({info.framework})"
         err.print(f"[bold]{f['model']}[/]  {kind}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)
     progress = _Progress(err, f["quiet"])
+    kept: dict = {}
     with err.status("starting…") as status:
         progress.status = status
-        report = run_check(f["model"], opts, progress, model=info)
-    return _report(f, report, base, tol, err)
+        report = run_check(f["model"], opts, progress, model=info, kept=kept)
+    from portability.report.golden import Golden
+
+    golden = Golden.of(kept["inputs"], kept["outputs"]) if kept else None
+    return _report(f, report, base, tol, err, golden)
 
 
 def _say_sandbox(mode: str, err) -> None:
@@ -149,7 +154,7 @@ def _say_sandbox(mode: str, err) -> None:
         err.print(f"[yellow]note:[/] not sandboxed: {why}", highlight=False)
 
 
-def _report(f: dict[str, Any], report, base, tol, err) -> int:
+def _report(f: dict[str, Any], report, base, tol, err, golden=None) -> int:
     """Print the table and notes, write the files, record the history, compare with the baseline; the exit code."""
     from rich.console import Console
 
@@ -170,10 +175,17 @@ def _report(f: dict[str, Any], report, base, tol, err) -> int:
         err.print(f"report: {f['json_path']}")
     if f["junit_path"]:
         write_junit(report, f["junit_path"])
-    changes = outputs.compare(base, report, tol)
+    if f["save_outputs"] and golden is not None:
+        import json
+
+        from portability.report.files import to_json
+
+        golden.save(f["save_outputs"], json.loads(to_json(report)))
+        err.print(f"outputs: {f['save_outputs']}")
+    changes = outputs.compare(base, report, tol, golden)
     for line in outputs.write_files(report, changes, f["html_path"], f["markdown_path"]):
         err.print(line, highlight=False)
-    run_id, why = (None, None) if f["no_history"] else outputs.record(report)
+    run_id, why = (None, None) if f["no_history"] else outputs.record(report, golden)
     if run_id is not None or why:
         err.print(f"history: run {run_id}" if run_id is not None else f"[yellow]history not recorded:[/] {why}", highlight=False)
     for line in outputs.change_lines(changes):

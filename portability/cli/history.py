@@ -66,14 +66,15 @@ def history(
 
 
 def diff(
-    before: str = typer.Argument(..., help="The earlier run: a history run id or a JSON report file.", show_default=False),
-    after: str = typer.Argument(..., help="The later run: a history run id or a JSON report file.", show_default=False),
+    before: str = typer.Argument(..., help="The earlier run: a history run id, a JSON report or a --save-outputs file.", show_default=False),
+    after: str = typer.Argument(..., help="The later run: a history run id, a JSON report or a --save-outputs file.", show_default=False),
     latency: bool = typer.Option(False, "--latency", help="Count a slower p50 latency as a regression (it is noisy: shown, not counted, by default)."),
     json_out: bool = typer.Option(False, "--json", help="Print the changes as JSON."),
     fail_on_regression: bool = typer.Option(False, "--fail-on-regression", help="Exit 1 when a gating target regressed."),
 ) -> int:
-    """What changed from BEFORE to AFTER, per target and metric: status changes first, then drift,
-    accuracy, size and latency beyond noise."""
+    """What changed from BEFORE to AFTER, per target and metric: status changes first, then outputs that
+    moved (when both kept them: run ids and --save-outputs files do), drift, accuracy, size and latency
+    beyond noise."""
     import json
     from dataclasses import asdict
 
@@ -84,7 +85,8 @@ def diff(
 
     a, la = baseline.load(before)
     b, lb = baseline.load(after)
-    d = compute(a, b, Tolerances(gate_latency=latency), labels=(la, lb))
+    d = compute(a, b, Tolerances(gate_latency=latency), labels=(la, lb),
+                outputs=(baseline.outputs(before), baseline.outputs(after)))
     if json_out:
         print(json.dumps({"before": la, "after": lb, "notes": list(d.notes),
                           "changes": [asdict(c) for c in d.changes]}, indent=2, default=str))

@@ -40,14 +40,16 @@ def tolerances(cfg: dict, latency: bool, size_growth: float | None) -> Tolerance
     return Tolerances(**table)
 
 
-def load_baseline(spec: str | None) -> tuple[Report, str] | None:
-    """The baseline named by ``--baseline`` / ``baseline =``: a history run id or a JSON report.
-    Exit 2 (UsageError) when it is missing or unreadable."""
+def load_baseline(spec: str | None) -> tuple | None:
+    """The baseline named by ``--baseline`` / ``baseline =``: a history run id, a JSON report or a
+    ``--save-outputs`` file, as (report, label, its kept outputs or None). Exit 2 (UsageError) when it is
+    missing or unreadable."""
     if not spec:
         return None
     from portability.report import baseline
 
-    return baseline.load(spec)
+    report, label = baseline.load(spec)
+    return report, label, baseline.outputs(spec)
 
 
 def require_comparable(base: tuple[Report, str] | None, model: dict) -> None:
@@ -58,12 +60,13 @@ def require_comparable(base: tuple[Report, str] | None, model: dict) -> None:
         baseline.require_comparable(base[0], model, base[1])
 
 
-def compare(base: tuple[Report, str] | None, report: Report, tol: Tolerances) -> Diff | None:
+def compare(base: tuple | None, report: Report, tol: Tolerances, golden=None) -> Diff | None:
+    """What changed since the baseline; with both runs' kept outputs, output by output too."""
     if base is None:
         return None
     from portability.report.diff import diff
 
-    return diff(base[0], report, tol, labels=(base[1], "this check"))
+    return diff(base[0], report, tol, labels=(base[1], "this check"), outputs=(base[2], golden))
 
 
 def change_lines(d: Diff | None) -> list[str]:
@@ -95,12 +98,13 @@ def write_files(report: Report, d: Diff | None, html: Path | None, markdown: Pat
     return done
 
 
-def record(report: Report) -> tuple[int | None, str | None]:
-    """(run id, None), or (None, why) when the history cannot be written: a check never fails for it."""
+def record(report: Report, golden=None) -> tuple[int | None, str | None]:
+    """(run id, None), or (None, why) when the history cannot be written: a check never fails for it. The
+    run's kept outputs (``golden``) are stored beside it."""
     from portability.report.history import History, HistoryError
 
     try:
         with History() as h:
-            return h.record(report), None
+            return h.record(report, golden.to_bytes() if golden is not None else None), None
     except (HistoryError, OSError) as e:
         return None, str(e)

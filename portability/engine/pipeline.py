@@ -343,9 +343,20 @@ class _Run:
         return []
 
 
+def _provenance(feeds: inp.Feeds, opts: CheckOptions) -> dict:
+    """What the targets ran on: the digest of the feeds themselves, and where they came from."""
+    from portability.report.golden import digest
+
+    path = opts.dataset or opts.inputs
+    return {"digest": digest(feeds.arrays), "source": feeds.source, "seed": feeds.seed,
+            "shapes": {k: list(v.shape[1:]) for k, v in feeds.arrays.items()}, "path": str(path) if path else None}
+
+
 def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress | None = None,
-          model: ModelInfo | None = None) -> Report:
-    """Run a whole check. Raises UsageError (bad model / input / flags) before any target runs."""
+          model: ModelInfo | None = None, kept: dict | None = None) -> Report:
+    """Run a whole check. Raises UsageError (bad model / input / flags) before any target runs. ``kept``
+    (a dict) receives what the golden outputs are made of: ``inputs`` (their provenance and digest) and
+    ``outputs`` (target id -> output name -> array, of every target that ran)."""
     progress = progress or _Silent()
     model = model or load_source_isolated(model_path, sandbox=opts.sandbox)
     feeds = prepare_feeds(model, opts)
@@ -371,6 +382,8 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         else:
             results += run.run_all(rest)
         notes = list(feeds.warnings) + run.odd_one_out(results, targets)
+        if kept is not None:
+            kept.update(inputs=_provenance(feeds, opts), outputs=dict(run.outputs))
     finally:
         shutdown()  # the pre-imported worker pool
         if run is not None:

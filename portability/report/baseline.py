@@ -6,6 +6,7 @@ from pathlib import Path
 
 from portability.core.errors import UsageError
 from portability.report.diff import signature
+from portability.report.golden import is_outputs_file
 from portability.report.schema import Report
 
 
@@ -24,10 +25,42 @@ def load(spec: str, history_path: Path | None = None) -> tuple[Report, str]:
     path = Path(spec)
     if not path.is_file():
         raise UsageError(f"baseline '{spec}' is neither a run id of the history nor a report file")
+    if is_outputs_file(path):
+        _, report = _outputs_file(path)
+        if report is None:
+            raise UsageError(f"{path} holds outputs but no report: save it with check --save-outputs")
+        return Report.from_dict(report), str(path)
     try:
         return Report.from_dict(json.loads(path.read_text())), str(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{path} is not a portability JSON report: {type(e).__name__}: {e}") from None
+
+
+def _outputs_file(path: Path):
+    from portability.report.golden import Golden
+
+    try:
+        return Golden.load(path)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: {e}") from None
+
+
+def outputs(spec: str, history_path: Path | None = None):
+    """The kept outputs (``golden.Golden``) of a run id or of a ``--save-outputs`` file; None for a JSON
+    report or a run recorded without them."""
+    from portability.report.golden import Golden
+    from portability.report.history import History, HistoryError
+
+    spec = str(spec).strip()
+    if spec.isdigit() and not Path(spec).is_file():
+        try:
+            with History(history_path) as h:
+                data = h.outputs(int(spec))
+        except HistoryError as e:
+            raise UsageError(str(e)) from None
+        return Golden.from_bytes(data)[0] if data else None
+    path = Path(spec)
+    return _outputs_file(path)[0] if is_outputs_file(path) else None
 
 
 def require_comparable(baseline: Report, model: dict, label: str) -> None:

@@ -16,7 +16,7 @@ from portability.report.schema import FAILING, Report, TargetResult
 #: no rank: a target that did not run says nothing about the model)
 STATUS_RANK = {"pass": 0, "fallback": 1, "drift": 2, "run-error": 3, "load-error": 4, "convert-error": 5,
                "timeout": 6, "crashed": 6}
-KIND_ORDER = ("status", "presence", "drift", "accuracy", "size", "latency")
+KIND_ORDER = ("status", "presence", "outputs", "drift", "accuracy", "size", "latency")
 
 
 @dataclass(frozen=True)
@@ -185,11 +185,31 @@ def _notes(before: Report, after: Report) -> list[str]:
     return notes
 
 
-def diff(before: Report, after: Report, tol: Tolerances | None = None, labels: tuple[str, str] = ("A", "B")) -> Diff:
-    """Every change from ``before`` to ``after`` beyond noise: status changes first, then drift,
-    accuracy, size and latency, each target in the order of ``after``."""
+def _outputs(before: Report, after: Report, kept: tuple | None, labels: tuple[str, str]) -> tuple[list[Change], list[str]]:
+    """Every target's outputs against the baseline's own outputs on the same inputs (``golden``), with the
+    target's thresholds: a change that moves every output together is seen here, not in drift."""
+    if kept is None:
+        return [], []
+    ga, gb = kept
+    if ga is None or gb is None:
+        who = labels[0] if ga is None else labels[1]
+        return [], [f"{who} holds no outputs (a JSON report never does; a history run id or a --save-outputs file "
+                    "does): outputs not compared"]
+    from portability.report.golden import compare
+
+    found, why = compare(ga, gb, {t.id: t.thresholds or {} for t in after.targets})
+    gating = {t.id: t.gating for t in after.targets}
+    return ([Change(c.target, "outputs", f"outputs[{c.output}].{c.metric}", c.before, c.after, True,
+                    gating.get(c.target, False), c.text) for c in found], [why] if why else [])
+
+
+def diff(before: Report, after: Report, tol: Tolerances | None = None, labels: tuple[str, str] = ("A", "B"),
+         outputs: tuple | None = None) -> Diff:
+    """Every change from ``before`` to ``after`` beyond noise: status changes first, then changed outputs
+    (``outputs``: both runs' kept outputs, ``golden.Golden`` or None), drift, accuracy, size and latency,
+    each target in the order of ``after``."""
     tol = tol or Tolerances()
-    changes: list[Change] = []
+    changes, out_notes = _outputs(before, after, outputs, labels)
     for b in after.targets:
         a = before.target(b.id)
         if a is None:
@@ -202,4 +222,4 @@ def diff(before: Report, after: Report, tol: Tolerances | None = None, labels: t
             changes.append(Change(a.id, "presence", "target", a.status, None, False, a.gating,
                                   f"not in {labels[1]} (was {a.status})"))
     changes.sort(key=lambda c: KIND_ORDER.index(c.kind))  # stable: target order kept within a kind
-    return Diff(labels[0], labels[1], tuple(changes), tuple(_notes(before, after)))
+    return Diff(labels[0], labels[1], tuple(changes), tuple(_notes(before, after) + out_notes))

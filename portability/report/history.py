@@ -52,6 +52,12 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX runs_by_env ON runs (model_sha256, env_key, id);
     """,
+    """
+    CREATE TABLE outputs (
+        run_id INTEGER PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+        data BLOB NOT NULL
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -159,8 +165,8 @@ class History:
                 self.db.execute("ROLLBACK")
                 raise
 
-    def record(self, report: Report) -> int:
-        """Store a report; returns its run id."""
+    def record(self, report: Report, outputs: bytes | None = None) -> int:
+        """Store a report (and its kept outputs: ``report.golden``); returns its run id."""
         m = report.model
         rows = [(t.id, t.status, int(t.gating), _worst_max_abs(t.metrics or {}), (t.metrics or {}).get("accuracy"),
                  (t.artifact or {}).get("size_bytes"), ((t.metrics or {}).get("latency_ms") or {}).get("p50"))
@@ -176,6 +182,8 @@ class History:
                 run_id = cur.lastrowid
                 self.db.executemany("INSERT INTO target_results VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                     [(run_id, *r) for r in rows])
+                if outputs is not None:
+                    self.db.execute("INSERT INTO outputs VALUES (?, ?)", (run_id, outputs))
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
@@ -189,6 +197,11 @@ class History:
         if row is None:
             raise HistoryError(f"no run {run_id} in the history ({self.path})")
         return Report.from_dict(json.loads(row[0]))
+
+    def outputs(self, run_id: int) -> bytes | None:
+        """The kept outputs of a run (``report.golden``'s file bytes), None when it has none."""
+        row = self.db.execute("SELECT data FROM outputs WHERE run_id = ?", (run_id,)).fetchone()
+        return bytes(row[0]) if row else None
 
     def runs(self, model_sha256: str | None = None, model_path: str | None = None, limit: int = 50) -> list[RunSummary]:
         """The most recent runs first; of one model when its sha256 (or a prefix) or its path is given."""

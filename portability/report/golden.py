@@ -1,0 +1,216 @@
+"""Golden outputs: what each target of a check produced, kept so that a later check can be compared with it
+output by output — not only each run against its own reference.
+
+A check keeps its inputs' provenance (the digest of the feeds every target ran, with their source, seed,
+shapes or file) and, per target and output, the array itself while it fits ``WHOLE_BYTES``; beyond that a
+fixed seeded sample of ``SAMPLE`` elements, with summary statistics and the digest of the whole array. The
+history keeps them beside each run (compressed); ``--save-outputs FILE`` writes them with the report to one
+``.npz`` (no pickles), which ``--baseline FILE`` and ``portability diff`` read back.
+
+Comparing two sets (``compare``) uses the check's own drift metrics and each target's thresholds: a target
+whose outputs moved beyond them ``changed``. When the inputs are not the same (other data, another shape)
+nothing is compared, and the note says why.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: an output up to this size is kept whole (a LeNet's 500 x 10 logits are 20 KB)
+WHOLE_BYTES = 64 * 1024
+#: elements kept of a larger output, at positions fixed by the output's size and this seed
+SAMPLE = 1024
+SAMPLE_SEED = 20261125
+FORMAT = "portability-golden-outputs/1"
+
+
+def digest(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def sample_positions(size: int) -> np.ndarray:
+    """The flat positions sampled of an output with ``size`` elements (the same for the same size)."""
+    if size <= SAMPLE:
+        return np.arange(size)
+    return np.sort(np.random.default_rng(SAMPLE_SEED).choice(size, SAMPLE, replace=False))
+
+
+@dataclass
+class Kept:
+    """One output of one target: whole, or a sample with statistics and digest."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    whole: bool
+    values: np.ndarray  # the array, or the sampled elements (flat)
+    digest: str
+    stats: dict[str, float]
+
+    def meta(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "whole": self.whole, "digest": self.digest,
+                "stats": self.stats}
+
+
+def keep(arr: np.ndarray) -> Kept:
+    a = np.asarray(arr)
+    f = a.astype(np.float64, copy=False).reshape(-1) if a.dtype.kind in "fiub" else None
+    fin = f[np.isfinite(f)] if f is not None else None
+    stats = {} if fin is None or not fin.size else {
+        "mean": float(fin.mean()), "std": float(fin.std()), "min": float(fin.min()), "max": float(fin.max()),
+        "l2": float(np.linalg.norm(fin)), "nonfinite": int(f.size - fin.size)}
+    whole = a.nbytes <= WHOLE_BYTES
+    values = a if whole else a.reshape(-1)[sample_positions(a.size)]
+    return Kept(tuple(int(d) for d in a.shape), a.dtype.str, whole, values, digest({"a": a}), stats)
+
+
+@dataclass
+class Golden:
+    """The inputs' provenance and every target's kept outputs (``targets[target id][output name]``)."""
+
+    inputs: dict[str, Any]
+    targets: dict[str, dict[str, Kept]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, inputs: dict[str, Any], outputs: dict[str, dict[str, np.ndarray]]) -> "Golden":
+        return cls(dict(inputs), {tid: {n: keep(a) for n, a in outs.items()} for tid, outs in outputs.items()})
+
+    # -- one .npz file (no pickles): a JSON manifest, the report, and one array per kept output --------------
+    def to_bytes(self, report: dict | None = None) -> bytes:
+        meta = {"format": FORMAT, "inputs": self.inputs,
+                "targets": {tid: {n: k.meta() for n, k in outs.items()} for tid, outs in self.targets.items()}}
+        arrays = {"__meta__": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)}
+        if report is not None:
+            arrays["__report__"] = np.frombuffer(json.dumps(report).encode(), dtype=np.uint8)
+        names = {}
+        for i, (tid, outs) in enumerate(sorted(self.targets.items())):
+            for j, (name, k) in enumerate(sorted(outs.items())):
+                names[f"t{i}o{j}"] = (tid, name)
+                arrays[f"t{i}o{j}"] = k.values
+        arrays["__names__"] = np.frombuffer(json.dumps(names).encode(), dtype=np.uint8)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> tuple["Golden", dict | None]:
+        """(the outputs, the report's dict if the file holds one); ValueError when it is not such a file."""
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                meta = json.loads(z["__meta__"].tobytes())
+                names = json.loads(z["__names__"].tobytes())
+                report = json.loads(z["__report__"].tobytes()) if "__report__" in z.files else None
+                values = {key: z[key] for key in names}
+        except (OSError, KeyError, ValueError, EOFError) as e:
+            raise ValueError(f"not a portability outputs file ({type(e).__name__})") from None
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"not a portability outputs file (format {meta.get('format')!r})")
+        g = cls(meta["inputs"])
+        for key, (tid, name) in names.items():
+            m = meta["targets"][tid][name]
+            g.targets.setdefault(tid, {})[name] = Kept(tuple(m["shape"]), m["dtype"], m["whole"], values[key],
+                                                       m["digest"], m["stats"])
+        return g, report
+
+    def save(self, path: Path, report: dict | None = None) -> None:
+        from portability.report.files import write_atomic_bytes
+
+        write_atomic_bytes(Path(path), self.to_bytes(report))
+
+    @classmethod
+    def load(cls, path: Path) -> tuple["Golden", dict | None]:
+        return cls.from_bytes(Path(path).read_bytes())
+
+    def size_bytes(self) -> int:
+        return len(self.to_bytes())
+
+
+def is_outputs_file(path: Path) -> bool:
+    """A ``--save-outputs`` file (an .npz: a zip archive), not a JSON report."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"PK"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class OutputChange:
+    target: str
+    output: str
+    metric: str
+    before: Any
+    after: Any
+    text: str
+
+
+def comparable(before: Golden, after: Golden) -> str | None:
+    """None when the two ran the same inputs; else why their outputs cannot be compared."""
+    a, b = before.inputs, after.inputs
+    if a.get("digest") == b.get("digest"):
+        return None
+    if a.get("shapes") != b.get("shapes"):
+        return f"the inputs have other shapes ({a.get('shapes')} → {b.get('shapes')}): outputs not compared"
+    what = lambda i: i.get("path") or f"{i.get('source')} seed {i.get('seed')}"  # noqa: E731
+    return f"the inputs differ ({what(a)} → {what(b)}): outputs not compared"
+
+
+def _moved(k0: Kept, k1: Kept, thresholds: dict) -> list[tuple[str, Any, Any, str]]:
+    """(metric, before, after, text) of every way output ``k1`` moved from ``k0`` beyond ``thresholds``."""
+    from portability.metrics import drift
+
+    if k0.shape != k1.shape:
+        return [("shape", list(k0.shape), list(k1.shape), f"shape {list(k0.shape)} → {list(k1.shape)}")]
+    if k0.digest == k1.digest:
+        return []
+    if k0.values.dtype.kind not in "fiub" or k1.values.dtype.kind not in "fiub":
+        return [("digest", k0.digest[:12], k1.digest[:12], "values changed")]
+    m = drift.output_drift(k0.values, k1.values)
+    out = []
+    if m.get("nonfinite_mismatch"):
+        out.append(("nonfinite", 0, m["nonfinite_mismatch"], f"{m['nonfinite_mismatch']} NaN/Inf values appeared or went"))
+    t_abs, t_cos = thresholds.get("max_abs"), thresholds.get("cosine")
+    where = "" if k1.whole else f" (on {k1.values.size} sampled elements)"
+    if t_abs is not None and m["max_abs"] > t_abs:
+        out.append(("max_abs", 0.0, m["max_abs"], f"max_abs {m['max_abs']:.3g} > {t_abs:.3g}{where}"))
+    if t_cos is not None and m["cosine"] < t_cos and not m.get("nonfinite_mismatch"):
+        out.append(("cosine", 1.0, m["cosine"], f"cosine {m['cosine']:.6f} < {t_cos}{where}"))
+    if not out and not k1.whole and t_abs is not None:  # moved where the sample does not look: the statistics
+        moved = {k: abs(k1.stats.get(k, 0.0) - k0.stats.get(k, 0.0)) for k in ("min", "max", "mean")}
+        worst = max(moved, key=moved.get)
+        if moved[worst] > t_abs:
+            out.append((f"stats.{worst}", k0.stats.get(worst), k1.stats.get(worst),
+                        f"its {worst} moved by {moved[worst]:.3g} > {t_abs:.3g} (outside the sampled elements)"))
+    if k0.whole and k1.whole and thresholds.get("top1_agreement") is not None and drift.looks_like_scores(k1.values):
+        agree = drift.top1_agreement(k0.values, k1.values)
+        if agree is not None and agree < thresholds["top1_agreement"]:
+            out.append(("top1_agreement", 1.0, agree, f"top-1 agreement {agree:.4f} < {thresholds['top1_agreement']}"))
+    return out
+
+
+def compare(before: Golden, after: Golden, thresholds: dict[str, dict]) -> tuple[list[OutputChange], str | None]:
+    """(every output of a target in both that moved beyond that target's ``thresholds``, why nothing was
+    compared or None)."""
+    why = comparable(before, after)
+    if why:
+        return [], why
+    changes = []
+    for tid, outs in after.targets.items():
+        for name, k1 in outs.items():
+            k0 = before.targets.get(tid, {}).get(name)
+            if k0 is None:
+                continue
+            for metric, x, y, text in _moved(k0, k1, thresholds.get(tid) or {}):
+                changes.append(OutputChange(tid, name, metric, x, y, f"output '{name}' changed since the baseline: {text}"))
+    return changes, None
