@@ -9,7 +9,7 @@ import typer
 from portability.cli.options import (CacheDirOpt, ConfigOpt, ConvertTimeoutOpt, CosineOpt, DatasetOpt, GateOpt, HtmlOpt,
                                      InputRangeOpt, InputsOpt, JobsOpt, JsonOpt, JunitOpt, MarkdownOpt, MaxAbsOpt,
                                      MaxAccuracyDropOpt, MemoryOpt, MinTop1Opt, NoCacheOpt, ProfileOpt, QuietOpt, RobustnessOpt,
-                                     RobustnessSamplesOpt, RunsOpt, SandboxOpt,
+                                     RobustnessSamplesOpt, RunsOpt, SandboxOpt, VersionsOpt,
                                      SamplesOpt, SeedOpt, ShapeOpt, TargetsOpt, TimeBudgetOpt, TimeoutOpt, ViaOpt, WarmupOpt)
 
 
@@ -22,6 +22,12 @@ class _Progress:
     def _refresh(self) -> None:
         if self.status is not None:
             self.status.update(", ".join(f"{k}: {v}…" for k, v in self.running.items()) or "…")
+
+    def note(self, text: str) -> None:
+        """A step before the targets start (building a version's environment): said even with --quiet."""
+        self.console.print(f"  {text}", highlight=False)
+        if self.status is not None:
+            self.status.update(text)
 
     def target_started(self, target) -> None:
         self.running[target.id] = "starting"
@@ -80,6 +86,7 @@ def check(
     cache_dir: CacheDirOpt = None,
     jobs: JobsOpt = None,
     sandbox: SandboxOpt = None,
+    versions: VersionsOpt = None,
     config: ConfigOpt = None,
     quiet: QuietOpt = False,
 ) -> int:
@@ -168,6 +175,10 @@ def _report(f: dict[str, Any], report, base, tol, err, golden=None) -> int:
     if not out.is_terminal:  # a log or a pipe: do not squeeze the table into 80 columns
         out = Console(width=160)
     out.print(render(report))
+    from portability.report.table import versions as version_tables
+
+    for t in version_tables(report):
+        out.print(t)
     for tid, why in explanations(report):
         out.print(f"  [bold]{tid}[/]: {why}", highlight=False, soft_wrap=True)
     if f["json_path"]:

@@ -42,6 +42,8 @@ class Converter(ABC):
     output_format: ClassVar[str]
     #: True when the result depends on ``ctx.calibration`` (it then enters the cache key)
     uses_calibration: ClassVar[bool] = False
+    #: the packages it converts with (``check --versions`` converts again per asked version of one)
+    uses: ClassVar[tuple[str, ...]] = ()
     #: True when the result depends on ``ctx.input_shapes`` (they then enter the cache key and the record)
     uses_shapes: ClassVar[bool] = False
     #: the variants it can make, option name -> values (``{"quant": ("fp32", "fp16")}``): a target asking

@@ -123,6 +123,7 @@ class SavedModelFromOnnx(Converter):
 
     output_format = "saved_model"
     uses_shapes = True
+    uses = ("onnx2tf", "tensorflow")
 
     def version(self) -> str:
         return _versions()

@@ -66,6 +66,7 @@ def _initializer_inputs(path: Path) -> list[str]:
 class OrtFromOnnx(Converter):
     output_format = "ort"
     uses_calibration = False
+    uses = ("onnxruntime",)
     uses_shapes = True
 
     def version(self) -> str:

@@ -98,6 +98,7 @@ def _dtype(tf_dtype: str | None) -> str:
 class TfjsFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "tfjs"
+    uses = ("tensorflowjs",)
 
     def version(self) -> str:
         return f"1+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"

@@ -32,6 +32,10 @@ class Target:
     time_budget_s: float | None = None
     min_runs: int | None = None
     description: str = ""
+    #: another Python environment's interpreter its worker runs in, and variables its worker gets (a version
+    #: of a package other than the installed one: ``engine/versions.py``)
+    python: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def platform(self) -> str:
@@ -50,6 +54,8 @@ class Target:
             "time_budget_s": self.time_budget_s,
             "min_runs": self.min_runs,
             "description": self.description,
+            "python": self.python,
+            "env": self.env,
         }
 
     @classmethod
@@ -66,6 +72,8 @@ class Target:
             time_budget_s=d.get("time_budget_s"),
             min_runs=d.get("min_runs"),
             description=d.get("description", ""),
+            python=d.get("python"),
+            env=dict(d.get("env") or {}),
         )
 
 

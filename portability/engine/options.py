@@ -57,6 +57,8 @@ class CheckOptions:
     robustness_samples: int = 64
     #: the OS sandbox of every process that reads or runs the model: auto, require, off (``core.sandbox``)
     sandbox: str = "auto"
+    #: {package: [versions]}: the targets using a package run once more per version (``engine.versions``)
+    versions: dict = field(default_factory=dict)
 
 
 def default_jobs() -> int:
@@ -74,7 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "timeout": _L.run_timeout_s, "convert_timeout": _L.convert_timeout_s, "memory_limit_mb": None,
     "thresholds": {}, "gate": [], "use_cache": _D.use_cache, "cache_dir": None, "jobs": _D.jobs,
     "via": None, "robustness": _D.robustness, "robustness_samples": _D.robustness_samples,
-    "sandbox": _D.sandbox,
+    "sandbox": _D.sandbox, "versions": None,
 }
 #: flag names that set a threshold, and the threshold they set
 THRESHOLD_FLAGS = {"max_abs": "max_abs", "cosine": "cosine", "min_top1": "top1_agreement", "max_accuracy_drop": "accuracy_drop"}
@@ -156,7 +158,16 @@ def resolve(*layers: dict[str, Any]) -> CheckOptions:
         gate=_gate(s["gate"]), timeout_explicit=any(layer.get("timeout") is not None for layer in layers),
         use_cache=bool(s["use_cache"]), cache_dir=path(s["cache_dir"]), jobs=int(s["jobs"]),
         via=str(s["via"]) if s["via"] else None, robustness=bool(s["robustness"]),
-        robustness_samples=_positive(s["robustness_samples"], "--robustness-samples"), sandbox=_sandbox(s["sandbox"]))
+        robustness_samples=_positive(s["robustness_samples"], "--robustness-samples"), sandbox=_sandbox(s["sandbox"]), versions=_versions(s["versions"]))
+
+
+def _versions(v: Any) -> dict:
+    """``["onnxruntime=1.20.1,1.31.1"]`` (flags) or ``{"onnxruntime": ["1.20.1"]}`` (a settings file)."""
+    from portability.engine.versions import parse
+
+    if isinstance(v, dict):
+        v = [f"{k}={','.join(x) if isinstance(x, (list, tuple)) else x}" for k, x in v.items()]
+    return parse([v] if isinstance(v, str) else list(v or []))
 
 
 def _sandbox(v: Any) -> str:

@@ -20,7 +20,7 @@ from portability.core import inputs as inp
 from portability.core.errors import UsageError
 from portability.core.model import ModelInfo
 from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
-from portability.engine import plan, verdict
+from portability.engine import confine, plan, verdict, versions
 from portability.engine.options import CheckOptions, Limits
 from portability.engine.runner import kill_all, log_tail, run_worker, shutdown
 from portability.engine.schedule import TimingGate, by_cost
@@ -114,7 +114,8 @@ class _Run:
         self.score_name: str | None = None
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
         self.gate = TimingGate(opts.jobs)
-        self.services = Services(self._shared_sandbox())
+        self.readable = confine.readable(model.path, workdir, opts.cache_dir)
+        self.services = Services(confine.shared(opts.sandbox, self.readable))
         #: the source's own runtime, targets without a converter route (id -> why), each target's plan
         self.reference, self.no_route, self.plans = REFERENCE, {}, {}
         self._runtimes: dict[str, Any] = {}
@@ -174,54 +175,12 @@ class _Run:
         pool.shutdown()
         return [done[t.id] for t in targets]
 
-    def _cache_root(self) -> Path:
-        from portability.engine.cache import default_root
-
-        return Path(self.opts.cache_dir) if self.opts.cache_dir else default_root()
-
-    def _readable(self) -> tuple[str, ...]:
-        """What a sandboxed process of this check may read besides the system: the model's folder, the run's
-        folder, the cache, and the provisioned environments (the ARM64 root file system, MXNet's venv)."""
-        from portability import mxnet_env
-        from portability.mobile import arm64
-        from portability.sources import model_folder
-
-        return (str(model_folder(self.model.path)), str(self.workdir), str(self._cache_root()), str(arm64.home()),
-                str(mxnet_env.venv_dir()))
-
-    def _shared_sandbox(self) -> dict:
-        """What the services that read model content may read (each adds the folder it writes)."""
-        from portability.core.sandbox import Sandbox
-
-        return Sandbox(mode=self.opts.sandbox, read=self._readable()).to_dict()
-
-    def sandbox(self, target: Target, services: dict[str, str], wdir: Path) -> dict:
-        """The OS sandbox of the target's worker: it reads the model's folder, the run's folder and the cache;
-        writes its own folder, and the cache's artifact store only while it converts; reaches on the network
-        only what its runtime needs (a browser's DevTools port)."""
-        from urllib.parse import urlsplit
-
-        from portability.core.sandbox import Sandbox
-
-        o = self.opts
-        cache = self._cache_root()
-        (cache / "artifacts").mkdir(parents=True, exist_ok=True)
-        mode = o.sandbox
-        ports: tuple[int, ...] = ()
-        if self._runtime(target).network == "browser":
-            endpoint = next(iter(services.values()), None)
-            if endpoint:
-                ports = (int(urlsplit(endpoint).port or 0),)
-            elif mode == "auto":  # no shared browser: the worker starts a browser of its own, which needs more
-                mode = "off"
-        return Sandbox(mode=mode, read=self._readable(),
-                       write=(str(wdir),), write_until_narrowed=(str(cache / "artifacts"),) if o.use_cache else (),
-                       connect_ports=ports, bind=self._runtime(target).network == "browser").to_dict()
-
     def job(self, target: Target, services: dict[str, str] | None = None, wdir: Path | None = None) -> Job:
         o = self.opts
         return Job(services=dict(services or {}),
-                   sandbox=self.sandbox(target, dict(services or {}), wdir) if wdir is not None else {}, target=target, source=self.model.artifact(), signature=self.model.signature(),
+                   sandbox=confine.worker(o.sandbox, self.readable, wdir, o.cache_dir, o.use_cache,
+                                          self._runtime(target).network, dict(services or {})) if wdir else {},
+                   target=target, source=self.model.artifact(), signature=self.model.signature(),
                    feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
                    output_names=self.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
@@ -343,6 +302,17 @@ class _Run:
         return []
 
 
+def _versions(targets: list[Target], opts: CheckOptions, progress) -> tuple[list[Target], dict, dict]:
+    """The targets with one more per asked version of a package they use (``--versions``), and for each
+    versioned target a version that could not be installed (its skip reason)."""
+    if not opts.versions:
+        return targets, {}, {}
+    from portability.engine.cache import default_root
+
+    say = getattr(progress, "note", None) or (lambda s: log.info("%s", s))
+    return versions.expand(targets, opts.versions, Path(opts.cache_dir) if opts.cache_dir else default_root(), say)
+
+
 def _provenance(feeds: inp.Feeds, opts: CheckOptions) -> dict:
     """What the targets ran on: the digest of the feeds themselves, and where they came from."""
     from portability.report.golden import digest
@@ -362,6 +332,8 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     feeds = prepare_feeds(model, opts)
     targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via)
     verdict.check_gate_rules(targets, opts.gate)
+    targets, version_skips, version_info = _versions(targets, opts, progress)
+    no_route = {**no_route, **version_skips}
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
     run = rob = None
     try:
@@ -382,6 +354,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         else:
             results += run.run_all(rest)
         notes = list(feeds.warnings) + run.odd_one_out(results, targets)
+        matrix = versions.matrix(results, run.outputs, version_info)
         if kept is not None:
             kept.update(inputs=_provenance(feeds, opts), outputs=dict(run.outputs))
     finally:
@@ -403,4 +376,5 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         targets=tuple(results),
         passed=passed,
         notes=tuple(notes),
+        versions=matrix,
     )

@@ -118,11 +118,14 @@ def worker_env() -> dict[str, str]:
 def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen | worker_pool.PooledProcess:
     """The job's worker: forked from the pre-imported pool, else (pool off or unavailable) a fresh interpreter."""
     env = worker_env()
-    proc = worker_pool.spawn(job_file, log_file, env)
+    job = json.loads(job_file.read_text())["target"]
+    env.update(job.get("env") or {})
+    python = job.get("python")  # another environment's interpreter (a version of a package): never the pool's
+    proc = None if python else worker_pool.spawn(job_file, log_file, env)
     if proc is not None:
         return proc
     with open(log_file, "wb") as errf:
-        return subprocess.Popen([sys.executable, "-m", "portability.engine.worker", str(job_file)],
+        return subprocess.Popen([python or sys.executable, "-m", "portability.engine.worker", str(job_file)],
                                 stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.PIPE,
                                 start_new_session=True, env=env, cwd=job_file.parent)
 

@@ -226,6 +226,11 @@ def render(report: Report, diff: Diff | None = None) -> str:
         sections.append(("Changes since the baseline", _diff(diff)))
     robust = _robustness(report)
     sections += [("Robustness", robust)] if robust else []
+    from portability.report.versions import tables
+
+    sections += [(f"Versions of {pkg}", "<p class=meta>Each version's status, and its worst absolute difference "
+                  "from the other versions' outputs on the same inputs.</p>" + _table([_e(h) for h in head],
+                  [[_e(c) for c in row] for row in rows])) for pkg, head, rows in tables(report)]
     sections += [("Drift per output", _outputs(report)), ("Size per format and variant", _sizes(report)),
                  ("Latency", _latency(report)), ("Conversions", _conversions(report)),
                  ("Errors, breaches and notes", _problems(report)), ("Environment", _environment(report))]

@@ -96,6 +96,11 @@ def render(report: Report, diff: Diff | None = None) -> str:
               "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     lines += [_row(t) for t in report.targets]
     lines += _robustness(report)
+    from portability.report.versions import tables
+
+    for pkg, head, rows in tables(report):
+        lines += ["", f"### Versions of {pkg}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     notes = list(report.notes) + [f"`{t.id}`: {explain(t)}" for t in report.targets
                                   if t.status == "skipped" and explain(t)]
     if notes:

@@ -66,6 +66,8 @@ class Report:
     passed: bool
     notes: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    #: the runtime-version matrix (``check --versions``): {"packages": {pkg: [versions]}, "rows": [...]}
+    versions: dict = field(default_factory=dict)
 
     def target(self, tid: str) -> TargetResult | None:
         return next((t for t in self.targets if t.id == tid), None)
@@ -82,6 +84,7 @@ class Report:
             "targets": [t.to_dict() for t in self.targets],
             "passed": self.passed,
             "notes": list(self.notes),
+            **({"versions": self.versions} if self.versions else {}),
         }
 
     @classmethod
@@ -92,5 +95,5 @@ class Report:
             tool=d["tool"], created_at=d["created_at"], environment=d["environment"], model=d["model"],
             inputs=d["inputs"], reference=d["reference"],
             targets=tuple(TargetResult.from_dict(t) for t in d["targets"]),
-            passed=bool(d["passed"]), notes=tuple(d.get("notes") or ()),
+            passed=bool(d["passed"]), notes=tuple(d.get("notes") or ()), versions=dict(d.get("versions") or {}),
         )

@@ -75,6 +75,22 @@ def render(report: Report) -> Table:
     return table
 
 
+def versions(report: Report) -> list[Table]:
+    """The runtime-version matrix (``check --versions``): a table per package."""
+    from portability.report.versions import tables
+
+    out = []
+    for pkg, head, rows in tables(report):
+        t = Table(title=f"versions of {pkg}: status, and worst |Δ| against the other versions' outputs",
+                  title_justify="left", expand=False)
+        for i, col in enumerate(head):
+            t.add_column(col, justify="left", no_wrap=i == 0)
+        for row in rows:
+            t.add_row(*row)
+        out.append(t)
+    return out
+
+
 def explanations(report: Report) -> list[tuple[str, str]]:
     """(target id, why) for every target that did not simply pass."""
     return [(t.id, explain(t)) for t in report.targets if t.status != "pass" and explain(t)]

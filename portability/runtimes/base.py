@@ -47,6 +47,8 @@ class Runtime(ABC):
     #: what its worker may reach over the network in the OS sandbox (``core.sandbox``): "none", or
     #: "browser" (its shared browser's DevTools port, and a loopback port of its own for the page's files)
     network: ClassVar[str] = "none"
+    #: the packages it runs on (``check --versions`` runs it once more per asked version of one)
+    uses: ClassVar[tuple[str, ...]] = ()
 
     #: the target options it reads; any other is a mistake in a target's definition
     OPTIONS: ClassVar[frozenset[str]] = frozenset()

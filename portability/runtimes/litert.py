@@ -131,6 +131,7 @@ class TfliteMapped:
 
 class LiteRt(TfliteMapped, Runtime):
     input_format = "tflite"
+    uses = ("ai-edge-litert",)
     OPTIONS = frozenset({"kernels", "threads"})
 
     @classmethod

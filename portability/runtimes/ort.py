@@ -36,6 +36,7 @@ class OrtCpu(Runtime):
 
     provider = "CPUExecutionProvider"
     OPTIONS = frozenset({"graph_optimization", "threads"})
+    uses = ("onnxruntime",)
 
     @classmethod
     def availability(cls) -> Availability:

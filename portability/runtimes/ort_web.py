@@ -55,6 +55,7 @@ class OrtWeb(WebRuntime):
     engine = "ort"
     OPTIONS = WebRuntime.OPTIONS | {"ep", "threads", "bundle", "graph_optimization"}
     packages: ClassVar[dict[str, str]] = {"onnxruntime-web": "dist/ort.wasm.min.mjs"}
+    uses = ("onnxruntime-web",)
     placement: dict[str, int] | None = None
 
     @property

@@ -38,6 +38,7 @@ def import_tensorflow_without_keras():
 class TfSavedModel(Runtime):
     cost_s = 4.0  # importing TensorFlow
     input_format = "saved_model"
+    uses = ("tensorflow",)
 
     @classmethod
     def availability(cls) -> Availability:
