@@ -24,8 +24,9 @@ def _model_key(model: str) -> tuple[str | None, str | None]:
 
 def history(
     model: Optional[str] = typer.Argument(None, help="Only the runs of this model (a file, or its sha256 or a prefix of it).", show_default=False),
-    limit: int = typer.Option(20, "--limit", "-n", min=1, help="How many runs, most recent first."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=1, help="How many runs, most recent first (default 20; with --html 1000)."),
     json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
+    html_dir: Optional[Path] = typer.Option(None, "--html", help="Write a static, offline site of these runs to this folder: per model, plots of drift, accuracy, size and latency per target (and per version) across runs, linking to each run's report."),
 ) -> int:
     """List recorded checks: id, time, model, verdict and target counts
     (database: $PORTABILITY_DATA_DIR or ~/.local/share/portability/history.sqlite)."""
@@ -43,9 +44,19 @@ def history(
     else:
         try:
             with History() as h:
-                runs = h.runs(*(_model_key(model) if model else (None, None)), limit=limit)
+                runs = h.runs(*(_model_key(model) if model else (None, None)), limit=limit or (1000 if html_dir else 20))
+                reports = [(r.id, h.report(r.id)) for r in runs] if html_dir else []
         except HistoryError as e:
             raise UsageError(str(e)) from None
+    if html_dir is not None:
+        from portability.report.site import write
+
+        if not runs:
+            raise UsageError(f"no recorded checks{' of ' + model if model else ''} in {default_path()}: nothing to write")
+        pages = write(html_dir, reports)
+        Console(stderr=True).print(f"history site: {pages[0]} ({len(reports)} runs, {len(pages) - 1} models)",
+                                   soft_wrap=True, highlight=False)
+        return 0
     if json_out:
         print(json.dumps([asdict(r) for r in runs], indent=2))
         return 0
