@@ -143,3 +143,16 @@ def test_the_sandbox_alone_stops_a_file_read_and_write_outside_the_folder(tmp_pa
     assert p.returncode == 1, p.stderr
     assert not loot.exists()
     assert ref["status"] in ("run-error", "load-error") and "Permission denied" in ref["error"], ref
+
+
+def test_without_landlock_the_check_says_so_once_and_require_refuses(tmp_path):
+    no = {"PORTABILITY_DEBUG_NO_LANDLOCK": "1"}
+    out = tmp_path / "r.json"
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server/ort-cpu,server/ort-cpu-noopt",
+                "--sandbox", "auto", "--json", str(out), env=no)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("not sandboxed") == 1 and "Landlock" in p.stderr, p.stderr
+    assert json.loads(out.read_text())["environment"]["sandbox"].startswith("none:")
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server", "--sandbox", "require", env=no)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "--sandbox require" in lines[0], p.stderr

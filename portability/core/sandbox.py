@@ -111,9 +111,10 @@ def _syscalls() -> tuple[int, int, int] | None:
 
 
 def landlock_abi() -> int:
-    """Landlock's ABI version in this kernel (0: none)."""
+    """Landlock's ABI version in this kernel (0: none; also under the debug switch
+    ``PORTABILITY_DEBUG_NO_LANDLOCK=1``, which shows what a kernel without it gets)."""
     calls = _syscalls()
-    if calls is None:
+    if calls is None or os.environ.get("PORTABILITY_DEBUG_NO_LANDLOCK") == "1":
         return 0
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
