@@ -1,15 +1,24 @@
 """PyTorch ``torch.export`` programs (``.pt2``), referenced against eager PyTorch (``server/torch``).
 
-``torch.export.load`` is not pickle-free: it unpickles weights or constants saved with ``use_pickle``,
-custom and opaque objects, and falls back to a full unpickle of the sample inputs. ``open_program``
-vets the archive first: every weight and constant must be a raw tensor file, no custom object, sample
-inputs loadable with ``torch.load(weights_only=True)`` — else the file is refused before torch reads it.
+``torch.export.load`` runs code from the file: it unpickles legacy weight and constant files, weights saved
+with ``use_pickle``, custom and opaque objects and the sample inputs (falling back to a full unpickle);
+it reads every program in the archive, loads AOTInductor shared libraries, and falls back to the pre-2.7
+layout (all pickles). Inside the program JSON, sympy parses the symbolic shapes with ``eval`` and
+``module()`` compiles the guards with ``exec``. So it is never called here: ``vet`` admits only the
+entries ``torch.export.save`` writes for one plain program (an allow-list, each entry checked, one refusal
+line naming the first entry that fails) and ``open_program`` builds the weights from raw bytes and hands
+torch's deserializer the vetted program JSON alone. Checked against torch 2.13.
 """
 from __future__ import annotations
 
-import io
+import ast
 import json
+import os
+import re
+import stat
+import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from portability.core.errors import BadModel
@@ -18,40 +27,421 @@ from portability.sources.common import digest, spec, version
 
 FORMAT = "torch"
 REFERENCE = "server/torch"
-_REFUSE = "refused: it would be unpickled (loading a pickle runs code); re-export it with torch.export.save from a model whose weights are plain tensors"
+
+PROGRAM = "models/model.json"
+WEIGHTS = "data/weights/model_weights_config.json"
+CONSTANTS = "data/constants/model_constants_config.json"
+#: every entry torch.export.save writes for one plain program (torch 2.13), besides the raw tensor files
+#: (``data/weights/weight_N``, ``data/constants/tensor_N``) and ``extra/*`` (its extra_files: text, never read)
+_ADMITTED = {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id",
+             PROGRAM, WEIGHTS, CONSTANTS, "data/sample_inputs/model.pt"}  # sample inputs: a pickle, never read
+_RAW = re.compile(r"(data/weights/weight|data/constants/tensor)_\d{1,9}")
+_PRE_27 = {"version", "serialized_exported_program.json", "serialized_state_dict.pt", "serialized_state_dict.json",
+           "serialized_constants.pt", "serialized_constants.json", "serialized_example_inputs.pt"}
+_CODE = (".so", ".dll", ".dylib", ".cpp", ".h", ".o", ".a", ".cubin", ".ptx", ".wrapper", ".kernel")
+_PICKLE = (".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+_MAX_ENTRIES = 100_000
+_MAX_JSON = 1 << 30
+_MAX_DEPTH = 400
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FQN = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_NAME_KEYS = {"name", "as_name", "parameter_name", "buffer_name", "tensor_constant_name", "user_input_name", "fqn"}
+_NAMED_DICTS = {"tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values", "range_constraints"}
+_CUSTOM = {"custom_obj", "as_custom_obj", "class_fqn", "custom_obj_name"}
+_ATEN = re.compile(r"torch\.ops\.(aten|prims)\.([A-Za-z_][A-Za-z0-9_]*)(\.[A-Za-z_][A-Za-z0-9_]*)?")
+_DENIED_OPS = {"from_file", "save", "_print"}  # ATen ops that read or write files or print
+_HOPS = {"cond", "while_loop", "map_impl", "scan", "wrap_with_set_grad_enabled", "wrap_with_autocast"}
+_PYTHON_OPS = ({f"_operator.{n}" for n in ("getitem", "eq", "ne", "le", "ge", "lt", "gt", "neg", "pos", "mul", "add",
+                                           "sub", "floordiv", "mod", "pow", "truediv", "and_", "or_", "lshift", "rshift")}
+               | {f"torch.{n}" for n in ("sym_not", "sym_int", "sym_float", "sym_ite", "sym_max", "sym_min", "sym_sqrt")}
+               | {"math.trunc"})
+#: what ``srepr`` of a shape expression may call: sympy's classes and torch's shape functions
+_SYMPY = {"Symbol", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Max", "Min", "Mod", "Abs", "floor",
+          "ceiling", "sqrt", "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan",
+          "GreaterThan", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Not", "Piecewise", "ExprCondPair",
+          "FloorDiv", "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv",
+          "IntTrueDiv", "FloatTrueDiv", "LShift", "RShift", "IsNonOverlappingAndDenseIndicator", "TruncToFloat",
+          "TruncToInt", "RoundToInt", "RoundDecimal", "ToFloat", "FloatPow", "PowByNatural", "Identity",
+          "IntInfinity", "NegativeIntInfinity", "Infinity", "NegativeInfinity", "NaN", "ComplexInfinity",
+          "BooleanTrue", "BooleanFalse", "One", "Zero", "NegativeOne", "Half"}
+_SYMPY_FN = re.compile(r"(OpaqueUnaryFn|BitwiseFn)_[a-z0-9_]+")
+_SYMPY_NAMES = _SYMPY | {"true", "false", "oo", "zoo", "nan", "int_oo"}
+_AST_OK = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Call, ast.Name, ast.Load,
+           ast.Constant, ast.keyword, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+_TREESPEC_TYPES = {None, "builtins.tuple", "builtins.list", "builtins.dict", "collections.OrderedDict",
+                   "torch.fx.immutable_collections.immutable_list", "torch.fx.immutable_collections.immutable_dict"}
+
+
+class _Refused(Exception):
+    """An entry that is not read: ``entry`` names it, the message says why."""
+
+    def __init__(self, entry: str, why: str):
+        super().__init__(why)
+        self.entry = entry
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """One weight or constant: a strided view of a raw bytes file, as its configuration describes it."""
+    fqn: str
+    file: str
+    dtype: object
+    sizes: tuple
+    strides: tuple
+    offset: int
+    is_param: bool
+    requires_grad: bool
+
+
+@dataclass(frozen=True)
+class _Archive:
+    root: str
+    program: dict
+    weights: tuple
+    constants: tuple
+
+
+# -- the archive's entries -----------------------------------------------------------------------------------
+
+def _why_refused(rel: str) -> str | None:
+    """Why an entry (its name below the archive's folder) is refused; None when torch.export.save writes it."""
+    if rel in _ADMITTED or _RAW.fullmatch(rel) or (rel.startswith("extra/") and len(rel) > 6):
+        return None
+    if rel.startswith("data/aotinductor/") or rel.endswith(_CODE):
+        return "AOTInductor compiled code (torch.export.load would load a shared library from the archive)"
+    if rel.startswith("data/constants/") and rel.split("/")[-1].startswith(("custom_obj_", "opaque_obj_")):
+        return "a custom object (torch.export.load would unpickle it)"
+    if rel in ("data/weights/model.pt", "data/constants/model.pt"):
+        return f"a legacy pickled {rel.split('/')[1]} file (torch.export.load would unpickle it, not the raw tensors)"
+    if rel.startswith("models/"):
+        return "a second program (torch.export.load reads every program, each with its own weights)"
+    if rel.endswith(("_weights_config.json", "_constants_config.json")):
+        return "the weights configuration of another program (torch.export.load would read it)"
+    if rel.endswith(_PICKLE):
+        return "a pickle (loading one runs code)"
+    if rel.startswith("data/executorch/"):
+        return "an ExecuTorch program (not read here)"
+    return "an entry torch.export.save does not write for a program (unknown: refused)"
+
+
+def _unsafe(name: str) -> bool:
+    parts = name.split("/")
+    return (name.startswith("/") or "\\" in name or ":" in parts[0] or _CONTROL.search(name) is not None
+            or any(p in ("", ".", "..") for p in parts))
+
+
+def _entries(z: zipfile.ZipFile, size: int) -> tuple[str, dict[str, zipfile.ZipInfo]]:
+    """The archive's folder and its entries by name below it, every entry vetted by name and layout."""
+    infos = z.infolist()
+    if len(infos) > _MAX_ENTRIES:
+        raise _Refused(f"{len(infos)} entries", f"more than {_MAX_ENTRIES} entries (a zip bomb?)")
+    if not infos:
+        raise _Refused("(no entries)", "an empty archive")
+    root, out, total = infos[0].filename.split("/")[0], {}, 0
+    for i in infos:
+        n = i.filename
+        if _unsafe(n):
+            raise _Refused(n, "an unsafe entry name (absolute, '..', backslash or control character)")
+        if "/" not in n:
+            why = "the pre-2.7 torch.export layout (torch.export.load unpickles it)" if n in _PRE_27 else \
+                "not inside the archive's folder: not a torch.export archive of the current format"
+            raise _Refused(n, why)
+        top, rel = n.split("/", 1)
+        if top != root:
+            raise _Refused(n, f"outside the archive's folder '{root}/'")
+        if rel in out:
+            raise _Refused(n, "appears twice in the archive")
+        why = _why_refused(rel)
+        if why:
+            raise _Refused(n, why)
+        if i.flag_bits & 1 or i.compress_type != zipfile.ZIP_STORED or i.file_size != i.compress_size:
+            raise _Refused(n, "encrypted or compressed (torch.export.save stores entries as they are)")
+        total += i.file_size
+        if total > size:
+            raise _Refused(n, "entries larger than the file itself (overlapping entries: a zip bomb)")
+        out[rel] = i
+    return root, out
+
+
+def _read(z: zipfile.ZipFile, root: str, entries: dict, rel: str, limit: int) -> bytes:
+    if rel not in entries:
+        raise _Refused(f"{root}/{rel}", "missing: not a torch.export program archive of the current format "
+                                        "(older archives are read by unpickling)")
+    if entries[rel].file_size > limit:
+        raise _Refused(f"{root}/{rel}", f"larger than {limit} bytes")
+    return z.read(entries[rel])
+
+
+def _markers(z: zipfile.ZipFile, root: str, entries: dict) -> None:
+    want = {"archive_format": b"pt2", "archive_version": b"0", "byteorder": sys.byteorder.encode()}
+    for rel, value in want.items():
+        got = _read(z, root, entries, rel, 64).strip()
+        if got != value:
+            raise _Refused(f"{root}/{rel}", f"is {got[:20]!r}, this reader reads {value.decode()!r} only")
+
+
+def _json(z: zipfile.ZipFile, root: str, entries: dict, rel: str):
+    raw = _read(z, root, entries, rel, _MAX_JSON)
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise _Refused(f"{root}/{rel}", "not valid JSON") from None
+
+
+# -- the weights and constants configuration -------------------------------------------------------------------
+
+def _ints(field, what: str) -> tuple:
+    """Concrete non-negative ints from serialized SymInts (``{"as_int": 3}``)."""
+    items = field if isinstance(field, list) else [field]
+    vals = tuple(x.get("as_int") if isinstance(x, dict) and len(x) == 1 else None for x in items)
+    if any(type(v) is not int or v < 0 for v in vals) or len(vals) > 64:
+        raise ValueError(f"its {what} are not concrete non-negative ints")
+    return vals
+
+
+def _tensor(fqn: str, meta, folder: str, entries: dict) -> _Tensor:
+    import torch._export.serde.serialize as serde
+    from torch._export.serde import schema
+
+    if not isinstance(meta, dict):
+        raise ValueError("is not an object")
+    if meta.get("use_pickle") is not False:
+        raise ValueError("is pickled (use_pickle: torch.export.load would unpickle it)")
+    name = meta.get("path_name")
+    if not isinstance(name, str) or not _RAW.fullmatch(f"{folder}/{name}"):
+        raise ValueError(f"points to {str(name)[:60]!r}, not a raw tensor file")
+    if f"{folder}/{name}" not in entries:
+        raise ValueError(f"points to {name}, which the archive lacks")
+    tm = meta.get("tensor_meta") or {}
+    dtype = serde._SERIALIZE_TO_TORCH_DTYPE.get(tm.get("dtype")) if type(tm.get("dtype")) is int else None
+    if dtype is None or tm.get("layout") != int(schema.Layout.Strided) or (tm.get("device") or {}).get("type") != "cpu":
+        raise ValueError("is not a strided CPU tensor of a known dtype")
+    sizes, strides = _ints(tm.get("sizes"), "sizes"), _ints(tm.get("strides"), "strides")
+    offset = _ints(tm.get("storage_offset"), "storage offset")[0]
+    if len(sizes) != len(strides) or not isinstance(meta.get("is_param"), bool) \
+            or not isinstance(tm.get("requires_grad"), bool):
+        raise ValueError("has an inconsistent tensor description")
+    t = _Tensor(fqn, name, dtype, sizes, strides, offset, meta["is_param"], tm["requires_grad"])
+    _fits(t, entries[f"{folder}/{name}"].file_size)
+    return t
+
+
+def _fits(t: _Tensor, nbytes: int) -> None:
+    item = t.dtype.itemsize
+    empty = 0 in t.sizes
+    extent = 0 if empty else t.offset + sum((s - 1) * st for s, st in zip(t.sizes, t.strides)) + 1
+    if nbytes % item or extent * item > nbytes:
+        raise ValueError(f"reaches past its {nbytes} bytes of data")
+
+
+def _config(z: zipfile.ZipFile, root: str, entries: dict, rel: str) -> tuple:
+    doc = _json(z, root, entries, rel)
+    folder = rel.rsplit("/", 1)[0]
+    if not isinstance(doc, dict) or set(doc) != {"config"} or not isinstance(doc["config"], dict):
+        raise _Refused(f"{root}/{rel}", "not a weights configuration ({\"config\": {...}})")
+    out, dtypes = [], {}
+    for fqn, meta in doc["config"].items():
+        try:
+            _name(fqn, "its name", fqn=True)
+            t = _tensor(fqn, meta, folder, entries)
+        except ValueError as e:
+            raise _Refused(f"{root}/{rel}", f"'{str(fqn)[:80]}' {e}") from None
+        if dtypes.setdefault(t.file, t.dtype) != t.dtype:
+            raise _Refused(f"{root}/{rel}", f"'{fqn}' reads {t.file} as another dtype")
+        out.append(t)
+    return tuple(out)
+
+
+# -- the program JSON -----------------------------------------------------------------------------------------
+
+def _name(value, what: str, fqn: bool = False) -> None:
+    ok = isinstance(value, str) and (_FQN if fqn else _NAME).fullmatch(value) is not None
+    if not ok or any(p.startswith("__") and p.endswith("__") for p in value.split(".")):
+        raise ValueError(f"{what} {str(value)[:60]!r} is not a plain name")
+
+
+def _expr(s) -> None:
+    """A symbolic shape expression that sympy's ``eval`` may parse: sympy constructors of numbers and names."""
+    if not isinstance(s, str) or len(s) > 20_000:
+        raise ValueError("a symbolic expression is not a short string")
+    try:
+        nodes = list(ast.walk(ast.parse(s, mode="eval")))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise ValueError(f"symbolic expression {s[:60]!r} does not parse") from None
+    if len(nodes) > 5_000 or not all(_plain_sympy(n) for n in nodes):
+        raise ValueError(f"symbolic expression {s[:60]!r} is not a sympy shape expression (sympy would eval it)")
+
+
+def _plain_sympy(n: ast.AST) -> bool:
+    """Calls of sympy constructors by name, symbol names, numbers, short strings, flags: no attribute, no
+    builtin, no other call (sympy evaluates the string with Python's builtins in reach)."""
+    if isinstance(n, ast.Call):
+        return isinstance(n.func, ast.Name) and (n.func.id in _SYMPY or _SYMPY_FN.fullmatch(n.func.id) is not None)
+    if isinstance(n, ast.Name):
+        return n.id in _SYMPY_NAMES or re.fullmatch(r"[a-z]+\d+", n.id) is not None
+    if isinstance(n, ast.keyword):
+        return n.arg is not None and re.fullmatch(r"[a-z][a-z_]*", n.arg) is not None
+    if isinstance(n, ast.Constant):
+        text = n.value if isinstance(n.value, str) else ""
+        return isinstance(n.value, (int, float, bool)) or re.fullmatch(r"[\w.+\-]*", text) is not None and text == n.value
+    return isinstance(n, _AST_OK)
+
+
+def _target(s) -> None:
+    m = _ATEN.fullmatch(s) if isinstance(s, str) else None
+    if m and m.group(2) not in _DENIED_OPS:
+        return
+    if isinstance(s, str) and (s in _PYTHON_OPS or (s.startswith("torch.ops.higher_order.") and s[23:] in _HOPS)):
+        return
+    raise ValueError(f"operator {str(s)[:80]!r} is not an ATen operator (torch would call whatever it names)")
+
+
+def _treespec(s) -> None:
+    """A pytree spec of tuples, lists and dicts with plain keys (its keys are written into generated code)."""
+    try:
+        doc = json.loads(s)
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError("an input/output structure is not valid JSON") from None
+    stack = [doc[1]] if isinstance(doc, list) and len(doc) == 2 else [None]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or node.get("type") not in _TREESPEC_TYPES:
+            raise ValueError("an input/output structure holds something other than tuples, lists and dicts")
+        keys = json.loads(node["context"]) if isinstance(node.get("context"), str) else None
+        for k in keys if isinstance(keys, list) else []:
+            if not isinstance(k, (int, str)) or (isinstance(k, str) and re.search(r"['\"\\]", k)):
+                raise ValueError(f"an input/output key {str(k)[:40]!r} is not plain")
+        stack.extend(node.get("children_spec") or [])
+
+
+def _check_value(key, value) -> None:
+    """The rule for one value of the program JSON, by the key it sits under."""
+    if (key in _CUSTOM or key == "custom_obj_values") and value:
+        raise ValueError("a custom object (torch.export.load would unpickle or call into it)")
+    if key == "expr_str":
+        _expr(value)
+    elif key in ("target", "as_operator"):
+        _target(value)
+    elif key in _NAME_KEYS and value not in ("", None):
+        _name(value, key, fqn=key != "name" and key != "as_name")
+    elif key == "forward_arg_names" and value is not None:
+        for v in value if isinstance(value, list) else [value]:
+            _name(v, "argument")
+    elif key in ("in_spec", "out_spec"):
+        _treespec(value)
+    elif key in _NAMED_DICTS and isinstance(value, dict):
+        for k in value:
+            _name(k, "value name")
+
+
+def _vet_program(doc) -> None:
+    """Every string, name, operator and expression of the program JSON, before torch parses any of it."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("graph_module"), dict):
+        raise ValueError("not an exported program")
+    stack = [(None, doc, 0)]
+    while stack:
+        key, value, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise ValueError("nested too deeply")
+        if isinstance(value, str) and _CONTROL.search(value):
+            raise ValueError(f"a control character in {str(key)[:40]!r}")
+        _check_value(key, value)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if _CONTROL.search(k):
+                    raise ValueError("a control character in a key")
+                stack.append((k, v, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((f"{key}[]", v, depth + 1) for v in value)
+
+
+# -- reading ------------------------------------------------------------------------------------------------------
+
+def _archive(f, path: Path) -> tuple[zipfile.ZipFile, _Archive]:
+    size = os.fstat(f.fileno()).st_size
+    try:
+        z = zipfile.ZipFile(f)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        raise BadModel(f"{path.name} is not a torch.export archive (not a zip file: truncated or another format)") from None
+    try:
+        root, entries = _entries(z, size)
+        _markers(z, root, entries)
+        weights, constants = _config(z, root, entries, WEIGHTS), _config(z, root, entries, CONSTANTS)
+        used = {f"data/weights/{t.file}" for t in weights} | {f"data/constants/{t.file}" for t in constants}
+        for rel in entries:
+            if _RAW.fullmatch(rel) and rel not in used:
+                raise _Refused(f"{root}/{rel}", "not referenced by the weights configuration")
+        program = _json(z, root, entries, PROGRAM)
+        try:
+            _vet_program(program)
+        except (ValueError, RecursionError) as e:
+            raise _Refused(f"{root}/{PROGRAM}", str(e)) from None
+    except _Refused as e:
+        z.close()
+        raise BadModel(f"{path.name}: refused: {e.entry}: {e}") from None
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        z.close()
+        raise BadModel(f"{path.name}: a damaged torch.export archive ({type(e).__name__}: {str(e)[:200]})") from None
+    return z, _Archive(root, program, weights, constants)
+
+
+def _opened(path: Path):
+    """The model file opened for reading: refused when it is a symbolic link or not a regular file."""
+    if path.is_symlink():
+        raise BadModel(f"{path.name} is a symbolic link: refused (give the model itself, in its own folder)")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        raise BadModel(f"{path.name}: cannot be opened ({e.strerror})") from None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise BadModel(f"{path.name} is not a regular file: refused")
+    return f
 
 
 def vet(path: Path) -> None:
-    if not zipfile.is_zipfile(path):
-        raise BadModel(f"{path.name} is not a torch.export archive (not a zip file: truncated or another format)")
-    with zipfile.ZipFile(path) as z:
-        names = z.namelist()
-        if any(n.endswith(("data.pkl", "constants.pkl")) for n in names):
-            raise BadModel(f"{path.name} is a TorchScript or torch.save archive (pickled): export the model with torch.export.save")
-        if not any(n.endswith("archive_format") for n in names) or not any("/models/" in n and n.endswith(".json") for n in names):
-            raise BadModel(f"{path.name} is not a torch.export program archive (no models/*.json)")
-        for n in names:
-            if n.endswith(("model_weights_config.json", "model_constants_config.json")):
-                for fqn, e in (json.loads(z.read(n)).get("config") or {}).items():
-                    if e.get("use_pickle") or not str(e.get("path_name", "")).startswith(("weight_", "tensor_", "constant_")):
-                        raise BadModel(f"{path.name}: '{fqn}' is a pickled object: {_REFUSE}")
-            if n.endswith(".pt") and "sample_inputs" in n:
-                import torch
+    """Refuse ``path`` (BadModel, one line naming the entry) unless it holds only what torch.export.save
+    writes for one plain program. Reads names, the small marker files and the JSON; no tensor, no pickle."""
+    with _opened(Path(path)) as f:
+        _archive(f, Path(path))[0].close()
 
-                try:
-                    torch.load(io.BytesIO(z.read(n)), weights_only=True)
-                except Exception:
-                    raise BadModel(f"{path.name}: its sample inputs are not plain tensors: {_REFUSE}") from None
+
+def _tensors(z: zipfile.ZipFile, root: str, folder: str, specs: tuple) -> dict:
+    import torch
+
+    flats, out = {}, {}
+    for t in specs:
+        if t.file not in flats:
+            raw = bytearray(z.read(f"{root}/{folder}/{t.file}"))
+            flats[t.file] = torch.frombuffer(raw, dtype=torch.uint8).view(t.dtype) if raw else torch.empty(0, dtype=t.dtype)
+        view = torch.as_strided(flats[t.file], t.sizes, t.strides, t.offset)
+        out[t.fqn] = torch.nn.Parameter(view, t.requires_grad) if t.is_param else view.requires_grad_(t.requires_grad)
+    return out
 
 
 def open_program(path: Path):
-    vet(path)
-    import torch
+    """The ``ExportedProgram`` in ``path``, vetted (see ``vet``) and read without ``torch.export.load``:
+    weights and constants from their raw bytes, the program JSON through torch's deserializer, no sample
+    inputs (a pickle) and no guards code (it would be ``exec``-ed). Private torch serde functions, checked
+    against torch 2.13: none of them unpickles or loads a library on this path."""
+    import torch._export.serde.serialize as serde
+    from torch._export.serde import schema
 
-    try:
-        return torch.export.load(str(path))
-    except Exception as e:
-        raise BadModel(f"{path.name}: torch.export.load failed ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
+    path = Path(path)
+    with _opened(path) as f:
+        z, a = _archive(f, path)
+        try:
+            with z:
+                state_dict = _tensors(z, a.root, "data/weights", a.weights)
+                constants = _tensors(z, a.root, "data/constants", a.constants)
+            program = serde._dict_to_dataclass(schema.ExportedProgram, dict(a.program, guards_code=[]))
+            return serde.ExportedProgramDeserializer().deserialize(program, state_dict, constants, None)
+        except Exception as e:
+            why = " ".join(str(e).split())[:300]
+            raise BadModel(f"{path.name}: the program could not be read ({type(e).__name__}: {why})") from None
 
 
 def _dims(val) -> list:
@@ -75,8 +465,9 @@ def signature(ep) -> tuple[list, list]:
 
 
 def load(path) -> ModelInfo:
-    p = Path(path).resolve()
-    ep = open_program(p)
+    p = Path(path)
+    ep = open_program(p)  # refuses a symbolic link before anything resolves it
+    p = p.resolve()
     inputs, outputs = signature(ep)
     sha, size = digest([p])
     return ModelInfo(path=p, sha256=sha, size_bytes=size, opset=None, producer="torch.export program",
