@@ -156,3 +156,29 @@ def test_without_landlock_the_check_says_so_once_and_require_refuses(tmp_path):
     p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server", "--sandbox", "require", env=no)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and "--sandbox require" in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("mode", ["require", "off"])
+def test_the_sandbox_alone_contains_code_a_torch_archive_runs(tmp_path, mode):
+    """A .pt2 whose legacy pickled weights run code (copy a secret file next to it): with the allow-lists
+    off, torch's own loader unpickles it in the sandboxed loader, where the read and the write both fail."""
+    pytest.importorskip("torch")
+    import torch
+
+    import hostile_pt2 as H
+
+    elsewhere, folder = tmp_path / "elsewhere", tmp_path / "model"
+    elsewhere.mkdir()
+    folder.mkdir()
+    secret, loot = elsewhere / "secret.txt", elsewhere / "loot.txt"
+    secret.write_text("the secret")
+    ep = torch.export.export(torch.nn.Linear(4, 2).eval(), (torch.randn(1, 4),))
+    root, files = H.entries(ep)
+    files["data/weights/model.pt"] = H.hostile_torch_save(
+        dict(ep.state_dict), f"open({str(loot)!r}, 'w').write(open({str(secret)!r}).read())")
+    H.write(folder / "model.pt2", root, files)
+    run_cli("check", str(folder / "model.pt2"), "--targets", "server/torch", "--sandbox", mode, env=NO_ALLOWLISTS)
+    if mode == "off":  # the control: without allow-lists or sandbox the archive's code copies the file
+        assert loot.read_text() == "the secret"
+    else:
+        assert not loot.exists()
