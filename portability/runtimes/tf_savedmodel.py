@@ -90,8 +90,22 @@ class TfSavedModel(Runtime):
         try:
             return from_tflite(self.io, self._call(self._args(feeds)), self._dtypes)
         except Exception as e:
-            raise RunError(f"TensorFlow failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            raise RunError(f"TensorFlow failed: {_cause(e)}") from None
 
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         """Per call: run the signature on prepared tensors and read the outputs back to numpy."""
         return time_calls(self._call, (self._args(feeds),), warmup, runs)
+
+
+def _cause(e: Exception) -> str:
+    """The line of a TensorFlow error that says what went wrong ("Graph execution error:", stack traces and
+    "[[{{node ...}}]]" lines say nothing), with the node it names."""
+    import re
+
+    text = str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Graph execution error", "Detected at node", "File ", "[[", "<"))
+              and not ln.endswith(":")]
+    msg = (useful or lines or [type(e).__name__])[0]
+    node = re.search(r"Detected at node '?([^' ]+?)'? defined at", text)
+    return (msg + (f" (node {node.group(1)})" if node and node.group(1) not in msg else ""))[:300]

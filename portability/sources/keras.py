@@ -12,7 +12,7 @@ from pathlib import Path
 
 from portability.core.errors import BadModel
 from portability.core.model import ModelInfo
-from portability.sources.common import digest, quiet_tf, spec, version
+from portability.sources.common import allowlists_on, digest, quiet_tf, spec, version
 
 FORMAT = "keras"
 REFERENCE = "server/keras"
@@ -29,6 +29,8 @@ def open_model(path: Path):
         bad = z.testzip()
         if bad:
             raise BadModel(f"{path.name}: member {bad} is corrupt (truncated file?)")
+        if allowlists_on():
+            _vet_config(path, z.read("config.json"))
     quiet_tf()
     import keras
 
@@ -40,6 +42,59 @@ def open_model(path: Path):
             raise BadModel(f"{path.name}: refused: it holds a Lambda layer (Python code), which Keras's safe mode "
                            "does not load and portability never runs; replace it by a registered layer") from None
         raise BadModel(f"{path.name}: Keras cannot load it ({type(e).__name__}: {msg[:300]})") from None
+
+
+#: the non-Keras objects Keras 3 itself serializes into a config (tensors, tuples, arrays...)
+_KERAS_BUILTINS = {"__keras_tensor__", "__tuple__", "__numpy__", "__bytes__", "__typespec__", "__tensor__",
+                   "__ellipsis__", "__slice__"}
+#: config keys whose string value names a file
+_FILE_KEYS = ("vocabulary", "vocabulary_file", "filepath", "file_path", "path", "filename", "idf_weights")
+
+
+def _vet_config(path: Path, raw: bytes) -> None:
+    """Every object of the config a Keras class, every layer's data inside the archive: a Lambda (Python
+    code), a class of another package (code that loading imports) or a file path is refused naming it."""
+    import json
+
+    try:
+        cfg = json.loads(raw)
+    except ValueError:
+        raise BadModel(f"{path.name} is not a Keras 3 .keras file (config.json is not JSON)") from None
+    stack, layer = [(cfg, "the model")], "the model"
+    while stack:
+        obj, layer = stack.pop()
+        if isinstance(obj, list):
+            stack.extend((v, layer) for v in obj)
+            continue
+        if not isinstance(obj, dict):
+            continue
+        if "class_name" in obj:
+            why = _object_refusal(obj)
+            inner = (obj.get("config") or {}) if isinstance(obj.get("config"), dict) else {}
+            layer = f"'{inner.get('name')}'" if inner.get("name") else layer
+            if why:
+                raise BadModel(f"{path.name}: refused: layer {layer} {why}")
+            for key in _FILE_KEYS:
+                v = inner.get(key)
+                if isinstance(v, str) and v:
+                    raise BadModel(f"{path.name}: refused: layer {layer} ({obj['class_name']}) reads its {key} from the "
+                                   f"file '{v[:80]}' outside the archive; give the values themselves (a list)")
+        # the training configuration (loss, metrics, optimizer) is never read: models load with compile=False
+        stack.extend((v, layer) for k, v in obj.items() if k != "compile_config")
+
+
+def _object_refusal(obj: dict) -> str | None:
+    name, module = str(obj.get("class_name")), obj.get("module")
+    if name in ("Lambda", "__lambda__") or "lambda" in str(obj.get("registered_name") or "").lower():
+        return "holds a Lambda layer (Python code), which Keras's safe mode does not load and portability never runs"
+    if name == "function" and not str(module).startswith("keras"):
+        return f"names the Python function '{str(obj.get('config'))[:60]}' (code, not a Keras built-in)"
+    if module in (None, "builtins"):
+        return None if name in _KERAS_BUILTINS else f"holds a serialized Python object of class '{name[:60]}'"
+    if not (str(module) == "keras" or str(module).startswith("keras.")):
+        return (f"is the class '{name[:60]}' of the package '{str(module)[:60]}', not a Keras class (code that loading "
+                "would import): register nothing, use Keras's own layers")
+    return None
 
 
 def signature(model) -> tuple[list, list]:

@@ -1,9 +1,10 @@
 """TensorFlow SavedModel folders, referenced against TensorFlow (``server/tf``) on their
 ``serving_default`` signature.
 
-Read only inside the folder: a link leaving it is refused, the variables must be there, and a graph
-whose functions read or write files (``ReadFile``, ``WriteFile``, ``MatchingFiles``...) outside the
-checkpoint restore is refused before TensorFlow loads it. Signature: inputs and outputs by their keys.
+Read only inside the folder: a link leaving it is refused, the variables must be there, and every op of
+the graph and its functions must be a vetted computation op (``tf_ops``, ``tf_vet``: an allow-list, so a
+file, stream, dataset or Python op is refused naming it) before TensorFlow loads it; checkpoint I/O only in
+the saver the loader drives, asset files only inside the folder. Signature: inputs and outputs by keys.
 """
 from __future__ import annotations
 
@@ -12,16 +13,12 @@ from pathlib import Path
 
 from portability.core.errors import BadModel
 from portability.core.model import ModelInfo
-from portability.sources.common import digest, folder_files, quiet_tf, spec, version
+from portability.sources import tf_vet
+from portability.sources.common import allowlists_on, digest, folder_files, quiet_tf, spec, version
 
 FORMAT = "saved_model"
 REFERENCE = "server/tf"
 SIGNATURE = "serving_default"
-#: ops that touch the file system or run Python: a model has no business with them
-_UNSAFE_OPS = {"ReadFile", "WriteFile", "MatchingFiles", "DeleteFile", "PyFunc", "PyFuncStateless", "EagerPyFunc",
-               "ImmutableConst", "DebugIdentityV3", "WriteSummary", "CreateSummaryFileWriter"}
-
-
 def folder_of(path) -> Path:
     p = Path(path).resolve()
     return p if p.is_dir() else p.parent
@@ -36,11 +33,14 @@ def check_folder(folder: Path) -> list[Path]:
         if not (var / "variables.index").is_file() or not list(var.glob("variables.data-*")):
             raise BadModel(f"{folder.name}: the SavedModel's variables are missing or incomplete "
                            "(variables/variables.index and variables.data-* must be present)")
-    _check_ops(folder / "saved_model.pb")
+    if allowlists_on():
+        _check_ops(folder / "saved_model.pb")
     return files
 
 
 def _check_ops(pb: Path) -> None:
+    """Every op of every function and of the graph in the vetted set (``tf_ops``); checkpoint I/O only in the
+    saver the loader drives; assets inside the folder. BadModel naming the first op or asset refused."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     sm = saved_model_pb2.SavedModel()
@@ -48,14 +48,10 @@ def _check_ops(pb: Path) -> None:
         sm.ParseFromString(pb.read_bytes())
     except Exception:
         raise BadModel(f"{pb} is not a valid SavedModel protobuf (truncated or corrupt)") from None
-    ops = set()
     for mg in sm.meta_graphs:
-        ops |= {n.op for n in mg.graph_def.node}
-        for fn in mg.graph_def.library.function:
-            ops |= {n.op for n in fn.node_def}
-    bad = sorted(ops & _UNSAFE_OPS)
-    if bad:
-        raise BadModel(f"{pb.parent.name}: refused: its graph uses {', '.join(bad)} (file system or Python ops)")
+        why = tf_vet.refusal(mg, pb.parent)
+        if why:
+            raise BadModel(f"{pb.parent.name}: refused: {why}")
 
 
 def open_signature(folder: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from portability.core.errors import BadModel
 from portability.core.model import ModelInfo, confined_location
-from portability.sources.common import digest, spec
+from portability.sources.common import allowlists_on, digest, spec
 
 FORMAT = "tfjs"
 REFERENCE = "web/tfjs-cpu"
@@ -47,6 +47,23 @@ def shards(doc: dict, folder: Path) -> list[Path]:
     return files
 
 
+def vet_ops(doc: dict, path: Path) -> None:
+    """Every node's op one TF.js's graph executor runs (``tfjs_ops``); anything else is refused naming it."""
+    from portability.sources.tfjs_ops import OPS
+
+    topo = doc.get("modelTopology") or {}
+    nodes = [(n, None) for n in topo.get("node") or []]
+    for fn in (topo.get("library") or {}).get("function") or []:
+        nodes += [(n, (fn.get("signature") or {}).get("name")) for n in fn.get("nodeDef") or []]
+    for n, fn in nodes:
+        op = n.get("op") if isinstance(n, dict) else None
+        if op not in OPS:
+            where = f" in function '{str(fn)[:60]}'" if fn else ""
+            raise BadModel(f"{path.name}: refused: node '{str(n.get('name') if isinstance(n, dict) else n)[:60]}'"
+                           f"{where} uses the op '{str(op)[:60]}', which TF.js does not run (not one of its graph "
+                           "executor's operations)")
+
+
 def _dims(t: dict) -> list:
     return [int(d.get("size", -1)) for d in (t.get("tensorShape") or {}).get("dim", [])]
 
@@ -67,6 +84,8 @@ def load(path) -> ModelInfo:
     if not p.is_file():
         raise BadModel(f"no model.json at {p}")
     doc = read(p)
+    if allowlists_on():
+        vet_ops(doc, p)
     files = shards(doc, p.parent)
     inputs, outputs = signature(doc)
     sha, size = digest([p] + files)
