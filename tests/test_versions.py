@@ -28,7 +28,7 @@ def test_versions_are_parsed_and_mistakes_named():
 def test_an_older_onnxruntime_runs_beside_the_installed_one_and_its_environment_is_reused(tmp_path):
     out = tmp_path / "r.json"
     args = ("check", str(FIXTURES / "lenet.onnx"), "--targets", "server/ort-cpu,server/ort-cpu-noopt",
-            "--versions", f"onnxruntime={OLD_ORT}", "--json", str(out))
+            "--versions", f"onnxruntime={OLD_ORT}", "--json", str(out), "--cache-dir", str(tmp_path / "cache"))
     p = run_cli(*args)
     assert p.returncode == 0, p.stdout + p.stderr
     report = json.loads(out.read_text())

@@ -63,7 +63,12 @@ class Kept:
                 "stats": self.stats}
 
 
-def keep(arr: np.ndarray) -> Kept:
+def keep(arr) -> Kept:
+    """An output as kept; an output whose shape varies from batch to batch (a list of arrays) is kept as
+    its batches' values one after the other."""
+    if isinstance(arr, (list, tuple)) or (isinstance(arr, np.ndarray) and arr.dtype == object):
+        parts = [np.asarray(p).reshape(-1) for p in arr]
+        arr = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     a = np.asarray(arr)
     f = a.astype(np.float64, copy=False).reshape(-1) if a.dtype.kind in "fiub" else None
     fin = f[np.isfinite(f)] if f is not None else None
