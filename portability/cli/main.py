@@ -15,6 +15,7 @@ import typer
 from portability.cli import check as check_cmd
 from portability.cli import history as history_cmd
 from portability.cli import setup as setup_cmd
+from portability.cli import audit as audit_cmd
 from portability.cli import study as study_cmd
 from portability.cli import targets as targets_cmd
 
@@ -33,6 +34,7 @@ app.command("targets")(targets_cmd.targets)
 app.command("history")(history_cmd.history)
 app.command("diff")(history_cmd.diff)
 app.command("study")(study_cmd.study)
+app.command("audit")(audit_cmd.audit)
 app.add_typer(setup_cmd.app, name="setup")
 
 

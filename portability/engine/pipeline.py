@@ -97,7 +97,7 @@ class _Run:
     """One check in progress: holds the reference's outputs and turns worker results into TargetResults."""
 
     def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress,
-                 robustness=None):
+                 robustness=None, services: Services | None = None):
         self.model, self.feeds, self.opts, self.workdir, self.progress = model, feeds, opts, workdir, progress
         #: the robustness pass (``engine.robust.Robustness``), with ``--robustness``
         self.robustness = robustness
@@ -115,7 +115,9 @@ class _Run:
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
         self.gate = TimingGate(opts.jobs)
         self.readable = confine.readable(model.path, workdir, opts.cache_dir)
-        self.services = Services(confine.shared(opts.sandbox, self.readable))
+        #: a session's services (``engine/session.py``: several checks share them), else the check's own
+        self.services = services or Services(confine.shared(opts.sandbox, self.readable))
+        self._own_services = services is None
         #: the source's own runtime, targets without a converter route (id -> why), each target's plan
         self.reference, self.no_route, self.plans = REFERENCE, {}, {}
         self._runtimes: dict[str, Any] = {}
@@ -158,7 +160,8 @@ class _Run:
                                 if t.id not in self.no_route and availability(t).ok})
 
     def close(self) -> None:
-        self.services.close()
+        if self._own_services:
+            self.services.close()
 
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
         """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
@@ -323,10 +326,12 @@ def _provenance(feeds: inp.Feeds, opts: CheckOptions) -> dict:
 
 
 def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress | None = None,
-          model: ModelInfo | None = None, kept: dict | None = None) -> Report:
+          model: ModelInfo | None = None, kept: dict | None = None, session=None) -> Report:
     """Run a whole check. Raises UsageError (bad model / input / flags) before any target runs. ``kept``
     (a dict) receives what the golden outputs are made of: ``inputs`` (their provenance and digest) and
-    ``outputs`` (target id -> output name -> array, of every target that ran)."""
+    ``outputs`` (target id -> output name -> array, of every target that ran). ``session``
+    (``engine/session.py``): the shared services and the warm worker pool several checks share; they
+    outlive this check."""
     progress = progress or _Silent()
     model = model or load_source_isolated(model_path, sandbox=opts.sandbox)
     feeds = prepare_feeds(model, opts)
@@ -342,7 +347,9 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             from portability.engine import robust
 
             rob = robust.prepare(model, feeds, opts, workdir)
-        run = _Run(model, feeds, opts, workdir, progress, rob)
+        run = _Run(model, feeds, opts, workdir, progress, rob, session.services if session else None)
+        if session is not None:
+            session.readable(run.readable)
         run.reference, run.no_route, run.plans = targets[0].id, no_route, plans
         run.prestart(targets[1:])
         ref = run.run(targets[0])
@@ -358,7 +365,8 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         if kept is not None:
             kept.update(inputs=_provenance(feeds, opts), outputs=dict(run.outputs))
     finally:
-        shutdown()  # the pre-imported worker pool
+        if session is None:
+            shutdown()  # the pre-imported worker pool
         if run is not None:
             run.close()
         shutil.rmtree(workdir, ignore_errors=True)

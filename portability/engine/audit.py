@@ -1,0 +1,159 @@
+"""``portability audit DIR|MANIFEST``: many models checked as ``check`` checks one, resumable.
+
+A folder audits every model file in it (ONNX, ``.keras``, ``.pt2``, ``.tflite``, SavedModel and TF.js
+folders) with the given settings; a manifest (TOML) lists models with their own settings::
+
+    [defaults]            # any check setting: targets, thresholds, shapes, samples, ...
+    targets = "server,web"
+    [[model]]
+    path = "models/lenet.onnx"      # relative to the manifest
+    dataset = "data/digits.npz"
+    [[model]]
+    path = "models/detector.onnx"
+    shapes = {images = [1, 3, 608, 800]}
+
+Each model's result is written as it finishes, atomically, in the audit's state folder (``.portability-
+audit/`` beside the folder or manifest): a rerun — after Ctrl-C, a kill or a crash — skips the models
+already finished with the same settings, unless asked to check them again. The shared services (the
+browsers, the ARM64 emulator) and the warm worker pool start once and serve every model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from portability.core.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+STATE = ".portability-audit"
+#: model files and folders an audit of a folder picks up
+SUFFIXES = (".onnx", ".keras", ".pt2", ".tflite")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One model of an audit and its settings (a layer over the audit's own)."""
+
+    path: Path
+    settings: dict = field(default_factory=dict)
+
+    def key(self, base: dict) -> str:
+        """What identifies a finished result: the model's path and file digest, and the settings."""
+        from portability.core.artifact import sha256_files
+
+        files = sorted(p for p in self.path.rglob("*") if p.is_file()) if self.path.is_dir() else [self.path]
+        doc = {"path": str(self.path.resolve()), "sha256": sha256_files(files) if files else "",
+               "settings": {**base, **self.settings}}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _is_model(p: Path) -> bool:
+    if p.is_dir():
+        return (p / "saved_model.pb").is_file() or (p / "model.json").is_file()
+    return p.suffix.lower() in SUFFIXES
+
+
+def items(spec: Path) -> tuple[list[Item], dict, Path]:
+    """(the models, the audit's default settings, the folder its state lives in) of a folder or manifest."""
+    spec = Path(spec)
+    if spec.is_dir():
+        found = sorted(p for p in spec.iterdir() if not p.name.startswith(".") and _is_model(p) and not p.is_symlink())
+        if not found:
+            raise UsageError(f"{spec} holds no model (ONNX, .keras, .pt2, .tflite, SavedModel or TF.js folders)")
+        return [Item(p) for p in found], {}, spec
+    if not spec.is_file():
+        raise UsageError(f"audit: {spec} is neither a folder of models nor a manifest file")
+    import tomllib
+
+    try:
+        doc = tomllib.loads(spec.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{spec} is not a TOML manifest: {e}") from None
+    models = doc.get("model") or []
+    if not isinstance(models, list) or not models:
+        raise UsageError(f"{spec} lists no [[model]] (each with a path)")
+    out = []
+    for i, m in enumerate(models):
+        if not isinstance(m, dict) or not m.get("path"):
+            raise UsageError(f"{spec}: [[model]] number {i + 1} has no path")
+        settings = {k: v for k, v in m.items() if k != "path"}
+        for k in ("inputs", "dataset"):
+            if settings.get(k):
+                settings[k] = str((spec.parent / settings[k]).resolve())
+        out.append(Item((spec.parent / m["path"]).resolve(), settings))
+    return out, dict(doc.get("defaults") or {}), spec.parent
+
+
+class State:
+    """The audit's finished results: one JSON file per model, written atomically."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder) / STATE
+
+    def path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        try:
+            return json.loads(self.path(key).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, key: str, entry: dict) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", dir=self.folder)
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f)
+        os.replace(tmp, self.path(key))
+
+
+def check_one(item: Item, base: dict, flags: dict, session=None) -> dict:
+    """One model checked as ``check`` would; an entry of the audit (never raises for the model's sake)."""
+    from portability.engine.options import resolve
+    from portability.engine.pipeline import check as run_check
+    from portability.report.files import to_json
+
+    try:
+        opts = resolve(base, item.settings, flags)
+        report = run_check(item.path, opts, session=session)
+    except UsageError as e:  # a bad model or bad settings: this model's result, not the audit's end
+        return {"path": str(item.path), "status": "error", "error": str(e), "targets": []}
+    d = json.loads(to_json(report))
+    return {"path": str(item.path), "status": "passed" if report.passed else "failed", "error": None,
+            "targets": d["targets"], "model": d["model"], "reference": d["reference"]}
+
+
+def run(spec: Path, flags: dict, rerun: bool = False, on_model: Callable[[int, int, Item, dict | None], None] | None = None
+        ) -> list[dict]:
+    """Every model of the audit, in order: finished ones from the state (unless ``rerun``), the others
+    checked now, each written as it finishes. ``on_model(i, n, item, entry)``: before (entry None) and after."""
+    from portability.core.sandbox import default_mode
+    from portability.engine.session import Session
+    from portability.sources import model_folder
+
+    models, base, folder = items(spec)
+    state = State(folder)
+    entries = []
+    mode = flags.get("sandbox") or base.get("sandbox") or default_mode()
+    with Session(mode, tuple(sorted({str(model_folder(i.path)) for i in models}))) as session:
+        for i, item in enumerate(models):
+            key = item.key({**base, **{k: v for k, v in flags.items() if v is not None}})
+            entry = None if rerun else state.get(key)
+            if entry is not None:
+                entry = dict(entry, resumed=True)
+            else:
+                if on_model:
+                    on_model(i, len(models), item, None)
+                entry = check_one(item, base, flags, session)
+                state.put(key, entry)
+            if on_model:
+                on_model(i, len(models), item, entry)
+            entries.append(entry)
+    return entries
