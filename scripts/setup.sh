@@ -32,7 +32,8 @@ if want apt; then
 fi
 
 # --- Python: the pinned set, then the set whose declared dependencies must not be followed -------
-pyreq_hash=$(sha256sum requirements/*.txt pyproject.toml | sha256sum | cut -c1-16)
+# the checkout's own path too: the editable install points at it
+pyreq_hash=$( (sha256sum requirements/*.txt pyproject.toml; pwd) | sha256sum | cut -c1-16)
 if want pip && [ ! -f "$STAMP_DIR/pip-$pyreq_hash" ]; then
   say "pip install (pinned stack, a few minutes the first time)"
   # Debian's own python3 refuses system-wide pip installs (PEP 668); this script is the system's installer

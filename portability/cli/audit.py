@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -10,10 +11,18 @@ from portability.cli.options import (DatasetOpt, InputsOpt, JobsOpt, JsonOpt, Ma
 
 
 def audit(
-    spec: Path = typer.Argument(..., help="A folder of models (every ONNX, .keras, .pt2, .tflite file and SavedModel or TF.js folder in it) or a TOML manifest ([defaults] and [[model]] path = ..., each with its own check settings).", show_default=False),
+    spec: Optional[Path] = typer.Argument(None, help="A folder of models (every ONNX, .keras, .pt2, .tflite file and SavedModel or TF.js folder in it) or a TOML manifest (\\[defaults] and \\[\\[model]] path = ..., each with its own check settings). Not with --onnx-conformance.", show_default=False),
     targets: TargetsOpt = None,
     json_path: JsonOpt = None,
     markdown_path: MarkdownOpt = None,
+    html_path: Optional[Path] = typer.Option(None, "--html", help="Write the scorecard as an HTML page here, with each model's own full report beside it (FILE-models/) and linked from its row."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="An earlier audit's --json: show what got worse, what got fixed and how latency moved (bucketed by factor); exit 1 when something got worse."),
+    onnx_conformance: bool = typer.Option(False, "--onnx-conformance", help="Audit ONNX's own node test cases (built from the installed onnx package, no download): each case's expected outputs are a second reference beside the reference runtime; an ops x targets table. State in ./.portability-audit."),
+    ops: Optional[str] = typer.Option(None, "--ops", help="With --onnx-conformance: only these op types (comma-separated, e.g. Conv,Resize)."),
+    cases: str = typer.Option("one", "--cases", help="With --onnx-conformance: 'one' case per op type, or 'all' of them."),
+    executor: str = typer.Option("local", "--executor", help="local: this process, one model after another; ray: the models spread over Ray actors (--workers), each with its own browsers, emulator and workers."),
+    address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: the cluster to join (HOST:PORT, ray://..., auto). Default: a local Ray instance for this audit. Models must be readable at the same paths on every node."),
+    workers: int = typer.Option(1, "--workers", min=1, help="With --executor ray: how many models are checked at once (one Ray actor each)."),
     rerun: bool = typer.Option(False, "--rerun", help="Check every model again, also those an earlier run of this audit finished."),
     inputs: InputsOpt = None,
     dataset: DatasetOpt = None,
@@ -27,31 +36,56 @@ def audit(
     warm workers started once, each model's result kept as it finishes (a rerun resumes), and one scorecard:
     per target pass rate and failures, failures by op and by message, a row per model.
 
-    Exit 0 when every gating target of every model passed, 1 when one failed, 2 on a usage error."""
+    Exit 0 when every gating target of every model passed (and, with --baseline, nothing got worse),
+    1 when one failed, 2 on a usage error."""
     import json
 
     from rich.console import Console
     from rich.table import Table
 
+    from portability.core.errors import UsageError
     from portability.engine.audit import run
     from portability.report import scorecard
     from portability.report.files import write_atomic
 
     err = Console(stderr=True)
+    if executor not in ("local", "ray"):
+        raise UsageError(f"--executor must be local or ray, got '{executor}'")
+    if address and executor != "ray":
+        raise UsageError("--address goes with --executor ray")
+    old = _baseline(baseline) if baseline else None
+    corpus = None
+    if onnx_conformance:
+        if spec is not None:
+            raise UsageError("--onnx-conformance builds its own corpus: give no folder or manifest")
+        from portability.engine import conformance
+        from portability.engine.cache import default_root
+
+        err.print("audit: building the ONNX conformance corpus from the installed onnx package…", highlight=False)
+        found, left_out = conformance.build(default_root() / "onnx-conformance", [o for o in (ops or "").split(",") if o.strip()] or None, cases)
+        err.print(f"audit: {len(found)} conformance cases over {len({i.op for i in found})} op types"
+                  + (f" ({len(left_out)} cases left out: their values are not numeric tensors)" if left_out else ""), highlight=False)
+        corpus = (found, {}, Path.cwd())
+    elif spec is None:
+        raise UsageError("audit: give a folder of models or a manifest (or --onnx-conformance)")
+    elif ops or cases != "one":
+        raise UsageError("--ops and --cases go with --onnx-conformance")
     flags = {"targets": targets, "inputs": inputs, "dataset": dataset, "shapes": shape or None, "samples": samples,
              "runs": runs, "jobs": jobs, "sandbox": sandbox}
 
     def said(i: int, n: int, item, entry) -> None:
         if entry is None:
-            err.print(f"[{i + 1}/{n}] {item.path.name}: checking…", highlight=False)
+            err.print(f"[{i + 1}/{n}] {item.label()}: checking…", highlight=False)
         else:
             how = " (finished earlier)" if entry.get("resumed") else ""
             style = "green" if entry["status"] == "passed" else "red"
-            err.print(f"[{i + 1}/{n}] {item.path.name}: [{style}]{entry['status']}[/]{how}"
+            err.print(f"[{i + 1}/{n}] {item.label()}: [{style}]{entry['status']}[/]{how}"
                       + (f": {entry['error']}" if entry.get("error") else ""), highlight=False, soft_wrap=True)
 
-    entries = run(spec, flags, rerun=rerun, on_model=said)
+    entries = run(spec, flags, rerun=rerun, on_model=said, executor=executor, address=address, workers=workers,
+                  corpus=corpus)
     card = scorecard.build(entries)
+    d = scorecard.diff(old, entries) if old is not None else None
     out = Console() if Console().is_terminal else Console(width=160)
     table = Table("target", "pass rate", "passed", "failures", "median size", "median p50 ms",
                   title=f"audit: {card['models_passed']} of {card['models']} models passed", title_justify="left")
@@ -63,10 +97,62 @@ def audit(
     out.print(table)
     for f in card["failures_by_op"][:10]:
         out.print(f"  {f['target']}: op {f['op']} fails in {f['models']} model(s)", highlight=False)
+    if card.get("conformance"):
+        for tid, t in card["conformance"]["targets"].items():
+            out.print(f"  conformance {tid}: " + (f"{t['ops_passing']}/{t['ops']} op types, {t['cases_passing']}/{t['cases']} cases pass"
+                                                   if t["ops"] else "skipped"), highlight=False)
+    if d is not None:
+        out.print(f"against the baseline: {len(d['worse'])} worse, {len(d['fixed'])} fixed, {len(d['changed'])} other changes; "
+                  "latency " + ", ".join(f"{k} {n}" for k, n in d["latency"].items() if n), highlight=False)
+        for r in d["worse"][:10]:
+            out.print(f"  worse: {r['model']} {r['target'] or '(the model)'}: {r['was']} -> {r['now']}", highlight=False)
+        for r in d["fixed"][:10]:
+            out.print(f"  fixed: {r['model']} {r['target'] or '(the model)'}: {r['was']} -> {r['now']}", highlight=False)
+    lean = [{k: v for k, v in e.items() if k != "report"} for e in entries]
     if json_path:
-        write_atomic(json_path, json.dumps({"models": entries, "scorecard": card}, indent=1, default=str) + "\n")
+        write_atomic(json_path, json.dumps({"models": lean, "scorecard": card, **({"baseline": d} if d else {})},
+                                           indent=1, default=str) + "\n")
         err.print(f"audit: {json_path}")
     if markdown_path:
-        write_atomic(markdown_path, scorecard.markdown(card))
+        write_atomic(markdown_path, scorecard.markdown(card) + (scorecard.diff_markdown(d) if d else ""))
+    if html_path:
+        write_atomic(html_path, scorecard.html(card, _model_pages(html_path, entries), d))
+        err.print(f"audit: {html_path}")
     failed = [e for e in entries if e["status"] != "passed"]
-    return 1 if failed else 0
+    return 1 if failed or (d and d["worse"]) else 0
+
+
+def _baseline(path: Path) -> list[dict]:
+    """The entries of an earlier audit's ``--json``."""
+    import json
+
+    from portability.core.errors import UsageError
+
+    try:
+        doc = json.loads(Path(path).read_text())
+        models = doc["models"]
+        assert isinstance(models, list) and all("path" in m and "status" in m for m in models)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise UsageError(f"--baseline {path}: not the --json of an earlier audit") from None
+    return models
+
+
+def _model_pages(html_path: Path, entries: list[dict]) -> dict[str, str]:
+    """Each model's own full HTML report, in ``<html stem>-models/`` beside the scorecard: path -> link."""
+    import re
+
+    from portability.report import html
+    from portability.report.files import write_atomic
+    from portability.report.schema import Report
+
+    folder = html_path.parent / f"{html_path.stem}-models"
+    folder.mkdir(parents=True, exist_ok=True)
+    links = {}
+    for i, e in enumerate(entries):
+        if not e.get("report"):
+            continue
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", e.get("name") or Path(e["path"]).name)
+        page = folder / f"{i + 1:04d}-{name}.html"
+        write_atomic(page, html.render(Report.from_dict(e["report"])))
+        links[e["path"]] = f"{folder.name}/{page.name}"
+    return links

@@ -39,19 +39,30 @@ SUFFIXES = (".onnx", ".keras", ".pt2", ".tflite")
 
 @dataclass(frozen=True)
 class Item:
-    """One model of an audit and its settings (a layer over the audit's own)."""
+    """One model of an audit and its settings (a layer over the audit's own). ``expected``: a ``.npz`` of
+    the outputs the model must give on its ``inputs`` (a conformance case's), compared as a second
+    reference; ``name`` and ``op``: what the scorecard calls it and the op it tests."""
 
     path: Path
     settings: dict = field(default_factory=dict)
+    expected: Path | None = None
+    name: str | None = None
+    op: str | None = None
+    tolerance: tuple[float, float] | None = None  # (rtol, atol) the case's own
 
     def key(self, base: dict) -> str:
         """What identifies a finished result: the model's path and file digest, and the settings."""
         from portability.core.artifact import sha256_files
 
         files = sorted(p for p in self.path.rglob("*") if p.is_file()) if self.path.is_dir() else [self.path]
+        if self.expected is not None:
+            files.append(Path(self.expected))
         doc = {"path": str(self.path.resolve()), "sha256": sha256_files(files) if files else "",
                "settings": {**base, **self.settings}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+    def label(self) -> str:
+        return self.name or self.path.name
 
 
 def _is_model(p: Path) -> bool:
@@ -115,45 +126,77 @@ class State:
 
 
 def check_one(item: Item, base: dict, flags: dict, session=None) -> dict:
-    """One model checked as ``check`` would; an entry of the audit (never raises for the model's sake)."""
+    """One model checked as ``check`` would; an entry of the audit (never raises for the model's sake): the
+    model's status, its targets as the JSON report has them, and the whole report (``report``, for its own
+    page). A conformance case's targets each get ``spec``: their outputs against the case's expected ones."""
     from portability.engine.options import resolve
     from portability.engine.pipeline import check as run_check
     from portability.report.files import to_json
 
+    head = {"path": str(item.path), **({"name": item.name} if item.name else {}), **({"op": item.op} if item.op else {})}
+    kept: dict = {}
     try:
         opts = resolve(base, item.settings, flags)
-        report = run_check(item.path, opts, session=session)
+        report = run_check(item.path, opts, session=session, kept=kept if item.expected else None)
     except UsageError as e:  # a bad model or bad settings: this model's result, not the audit's end
-        return {"path": str(item.path), "status": "error", "error": str(e), "targets": []}
+        return {**head, "status": "error", "error": str(e), "targets": []}
     d = json.loads(to_json(report))
-    return {"path": str(item.path), "status": "passed" if report.passed else "failed", "error": None,
-            "targets": d["targets"], "model": d["model"], "reference": d["reference"]}
+    if item.expected is not None:
+        from portability.engine.conformance import against_spec
+
+        against_spec(d["targets"], kept.get("outputs") or {}, Path(item.expected), item.tolerance)
+    return {**head, "status": "passed" if report.passed else "failed", "error": None,
+            "targets": d["targets"], "model": d["model"], "reference": d["reference"], "report": d}
 
 
-def run(spec: Path, flags: dict, rerun: bool = False, on_model: Callable[[int, int, Item, dict | None], None] | None = None
+def run(spec: Path | None, flags: dict, rerun: bool = False,
+        on_model: Callable[[int, int, Item, dict | None], None] | None = None, executor: str = "local",
+        address: str | None = None, workers: int = 1, corpus: tuple[list[Item], dict, Path] | None = None
         ) -> list[dict]:
     """Every model of the audit, in order: finished ones from the state (unless ``rerun``), the others
-    checked now, each written as it finishes. ``on_model(i, n, item, entry)``: before (entry None) and after."""
+    checked now, each written as it finishes. ``on_model(i, n, item, entry)``: before (entry None) and after.
+    ``executor``: ``local`` (this process, one model at a time) or ``ray`` (``workers`` Ray actors, each
+    with its own services and worker pool, on the cluster at ``address`` or a local instance); ``corpus``:
+    the models, defaults and state folder of a built corpus instead of ``spec``'s."""
     from portability.core.sandbox import default_mode
-    from portability.engine.session import Session
     from portability.sources import model_folder
 
-    models, base, folder = items(spec)
+    models, base, folder = corpus if corpus is not None else items(spec)
     state = State(folder)
-    entries = []
+    merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
+    keys = [item.key(merged) for item in models]
+    entries: list[dict | None] = [None] * len(models)
+    pending = []
+    for i, item in enumerate(models):
+        entry = None if rerun else state.get(keys[i])
+        if entry is None:
+            pending.append(i)
+            continue
+        entries[i] = dict(entry, resumed=True)
+        if on_model:
+            on_model(i, len(models), item, entries[i])
+
+    def started(i: int) -> None:
+        if on_model:
+            on_model(i, len(models), models[i], None)
+
+    def finished(i: int, entry: dict) -> None:
+        state.put(keys[i], entry)
+        entries[i] = entry
+        if on_model:
+            on_model(i, len(models), models[i], entry)
+
     mode = flags.get("sandbox") or base.get("sandbox") or default_mode()
-    with Session(mode, tuple(sorted({str(model_folder(i.path)) for i in models}))) as session:
-        for i, item in enumerate(models):
-            key = item.key({**base, **{k: v for k, v in flags.items() if v is not None}})
-            entry = None if rerun else state.get(key)
-            if entry is not None:
-                entry = dict(entry, resumed=True)
-            else:
-                if on_model:
-                    on_model(i, len(models), item, None)
-                entry = check_one(item, base, flags, session)
-                state.put(key, entry)
-            if on_model:
-                on_model(i, len(models), item, entry)
-            entries.append(entry)
-    return entries
+    reads = tuple(sorted({str(model_folder(i.path)) for i in models}))
+    if pending and executor == "ray":
+        from portability.engine.audit_ray import run_ray
+
+        run_ray([(i, models[i]) for i in pending], base, flags, mode, reads, started, finished, address, workers)
+    elif pending:
+        from portability.engine.session import Session
+
+        with Session(mode, reads) as session:
+            for i in pending:
+                started(i)
+                finished(i, check_one(models[i], base, flags, session))
+    return [e for e in entries if e is not None]

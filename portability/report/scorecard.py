@@ -1,7 +1,8 @@
 """The audit's scorecard: per target, the pass rate and the failures by status; failures clustered by the op
 a converter or runtime refused and by error message, across models; a row per model; size and latency
-summaries. Built from the audit's entries (plain dicts: each model's JSON report targets), rendered as
-Markdown here and as a table by the CLI."""
+summaries; for a conformance corpus, the ops x targets table. Built from the audit's entries (plain dicts:
+each model's JSON report targets), rendered as Markdown and HTML here and as a table by the CLI;
+:func:`diff` compares two audits (``audit --baseline``)."""
 from __future__ import annotations
 
 import re
@@ -28,7 +29,8 @@ def build(entries: list[dict]) -> dict:
     rows = []
     for e in entries:
         row = {"path": e["path"], "status": e["status"], "error": e.get("error"),
-               "targets": {t["id"]: t["status"] for t in e.get("targets") or []}}
+               "targets": {t["id"]: t["status"] for t in e.get("targets") or []},
+               **{k: e[k] for k in ("name", "op") if e.get(k)}}
         rows.append(row)
         for t in e.get("targets") or []:
             targets[t["id"]][t["status"]] += 1
@@ -60,7 +62,98 @@ def build(entries: list[dict]) -> dict:
         "failures_by_message": [{"status": s, "message": m, "models": len(ms)} for (s, m), ms in
                                 sorted(by_msg.items(), key=lambda kv: (-len(kv[1]), kv[0]))][:50],
         "rows": rows,
+        **({"conformance": conformance(entries)} if any(e.get("op") for e in entries) else {}),
     }
+
+
+def cell(entry: dict, t: dict | None) -> str:
+    """A conformance case on one target: ``pass`` (ran, matched the reference and the spec), ``spec-drift``
+    (matched the reference, not the spec's expected outputs), the target's failing status, or ``error``
+    (the case could not be checked at all)."""
+    if entry["status"] == "error" or t is None:
+        return "error"
+    if t["status"] != "pass":
+        return t["status"]
+    spec = t.get("spec")
+    return "spec-drift" if spec is not None and not spec.get("agrees") else "pass"
+
+
+def conformance(entries: list[dict]) -> dict:
+    """The ops x targets table: per op and target, its cases and how many passed (and the other cells by
+    kind); per target, the op types all of whose cases passed."""
+    cases = [e for e in entries if e.get("op")]
+    tids: list[str] = []
+    for e in cases:
+        for t in e.get("targets") or []:
+            if t["id"] not in tids:
+                tids.append(t["id"])
+    ops: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+    for e in cases:
+        got = {t["id"]: t for t in e.get("targets") or []}
+        for tid in tids:
+            ops[e["op"]][tid][cell(e, got.get(tid))] += 1
+    table = {op: {tid: {"cases": sum(c.values()), "pass": c.get("pass", 0), "cells": dict(sorted(c.items()))}
+                  for tid, c in per.items()} for op, per in sorted(ops.items(), key=lambda kv: kv[0].lower())}
+    summary = {}
+    for tid in tids:
+        ran = [v[tid] for v in table.values() if v[tid]["cells"].get("skipped", 0) < v[tid]["cases"]]
+        summary[tid] = {"ops": len(ran), "ops_passing": sum(c["pass"] == c["cases"] for c in ran),
+                        "cases": sum(c["cases"] for c in ran), "cases_passing": sum(c["pass"] for c in ran)}
+    return {"ops": table, "targets": summary, "cases": len(cases)}
+
+
+#: latency ratios (new / old p50) into buckets, as run-to-run scorecards report them
+BUCKETS = ((0.5, "2x faster or more"), (0.8, "1.25-2x faster"), (1.25, "within 25%"), (2.0, "1.25-2x slower"),
+           (float("inf"), "2x slower or more"))
+
+
+def _bucket(ratio: float) -> str:
+    return next(name for top, name in BUCKETS if ratio < top)
+
+
+def _key(e: dict) -> str:
+    return e.get("name") or e["path"]
+
+
+def diff(old: list[dict], new: list[dict]) -> dict:
+    """What changed between two audits' entries, model by model and target by target: ``worse`` (passed
+    before, fails now), ``fixed`` (the reverse), other status changes, models added and gone, and every
+    target's latency change (p50, new/old) counted by bucket, with the largest moves listed."""
+    before = {_key(e): e for e in old}
+    worse, fixed, changed, moves = [], [], [], []
+    buckets: Counter = Counter()
+    for e in new:
+        o = before.get(_key(e))
+        if o is None:
+            continue
+        ot = {t["id"]: t for t in o.get("targets") or []}
+        if o["status"] == "error" and e["status"] != "error":
+            fixed.append({"model": _key(e), "target": None, "was": "error", "now": e["status"]})
+        elif e["status"] == "error" and o["status"] != "error":
+            worse.append({"model": _key(e), "target": None, "was": o["status"], "now": "error", "why": e.get("error")})
+        for t in e.get("targets") or []:
+            was = ot.get(t["id"])
+            if was is None:
+                continue
+            a, b = was["status"], t["status"]
+            row = {"model": _key(e), "target": t["id"], "was": a, "now": b}
+            if a == "pass" and b in FAILING:
+                worse.append({**row, "why": t.get("error") or "; ".join(t.get("breaches") or [])})
+            elif a in FAILING and b == "pass":
+                fixed.append(row)
+            elif a != b:
+                changed.append(row)
+            la = ((was.get("metrics") or {}).get("latency_ms") or {}).get("p50")
+            lb = ((t.get("metrics") or {}).get("latency_ms") or {}).get("p50")
+            if isinstance(la, (int, float)) and isinstance(lb, (int, float)) and la > 0:
+                r = lb / la
+                buckets[_bucket(r)] += 1
+                moves.append({"model": _key(e), "target": t["id"], "was_ms": la, "now_ms": lb, "ratio": round(r, 3)})
+    moves.sort(key=lambda m: -abs(__import__("math").log(max(m["ratio"], 1e-9))))
+    now = {_key(e) for e in new}
+    return {"worse": worse, "fixed": fixed, "changed": changed,
+            "models_added": sorted(now - set(before)), "models_gone": sorted(set(before) - now),
+            "latency": {name: buckets.get(name, 0) for _, name in BUCKETS}, "latency_moves": moves[:20]}
 
 
 def _pipe(text: str) -> str:
@@ -83,7 +176,118 @@ def markdown(card: dict) -> str:
     if card["failures_by_message"]:
         lines += ["", "### Failures by message", "", "| status | message | models |", "|---|---|--:|"]
         lines += [f"| {f['status']} | {_pipe(f['message'])} | {f['models']} |" for f in card["failures_by_message"]]
+    if card.get("conformance"):
+        lines += ["", conformance_markdown(card["conformance"]).rstrip()]
     lines += ["", "### Models", ""]
     lines += [f"- {'✅' if r['status'] == 'passed' else '❌'} `{r['path']}` {r['status']}"
               + (f": {r['error']}" if r.get("error") else "") for r in card["rows"]]
     return "\n".join(lines) + "\n"
+
+
+def conformance_markdown(conf: dict) -> str:
+    """The ops x targets table: a cell per op and target, ``k/n`` cases that passed, with the most common
+    other kind of cell named."""
+    tids = list(conf["targets"])
+    short = [t.split("/", 1)[-1] for t in tids]
+    lines = [f"### ONNX conformance: {conf['cases']} cases, {len(conf['ops'])} op types", "",
+             "| target | op types all passing | cases passing |", "|---|--:|--:|"]
+    for tid, t in conf["targets"].items():
+        lines.append(f"| `{tid}` | {t['ops_passing']}/{t['ops']} | {t['cases_passing']}/{t['cases']} |")
+    lines += ["", "| op | " + " | ".join(short) + " |", "|---|" + "---|" * len(tids)]
+    for op, per in conf["ops"].items():
+        cells = []
+        for tid in tids:
+            c = per.get(tid)
+            if c is None:
+                cells.append("–")
+                continue
+            other = sorted(((n, k) for k, n in c["cells"].items() if k != "pass"), reverse=True)
+            mark = "✅" if c["pass"] == c["cases"] else "⏭" if c["cells"].get("skipped") == c["cases"] else "❌"
+            cells.append(f"{mark} {c['pass']}/{c['cases']}" + (f" {other[0][1]}" if other and c["pass"] < c["cases"] else ""))
+        lines.append(f"| `{op}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def diff_markdown(d: dict) -> str:
+    lines = [f"### Against the baseline: {len(d['worse'])} worse, {len(d['fixed'])} fixed, {len(d['changed'])} other changes", ""]
+    for title, rows in (("Worse", d["worse"]), ("Fixed", d["fixed"]), ("Changed", d["changed"])):
+        if rows:
+            lines += [f"**{title}**", ""] + [f"- `{r['model']}` {r['target'] or '(the model)'}: {r['was']} → {r['now']}"
+                                             + (f" ({_pipe(r['why'])})" if r.get("why") else "") for r in rows] + [""]
+    lines += ["| latency (p50, now/before) | targets |", "|---|--:|"] + [f"| {k} | {n} |" for k, n in d["latency"].items()]
+    if d["models_added"] or d["models_gone"]:
+        lines += ["", f"Models added: {len(d['models_added'])}; gone: {len(d['models_gone'])}."]
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#f3f3f3}td.n{text-align:right}
+.pass{background:#dcf5dc}.fail{background:#f8d7d7}.skip{background:#eee;color:#777}.spec{background:#fde9c8}
+h1{font-size:1.4em}code{font-size:90%}"""
+
+
+def _h(v) -> str:
+    import html as _html
+
+    return _html.escape(str(v), quote=True)
+
+
+def _cls(status: str) -> str:
+    return {"pass": "pass", "passed": "pass", "skipped": "skip", "spec-drift": "spec"}.get(status, "fail")
+
+
+def html(card: dict, links: dict[str, str] | None = None, d: dict | None = None) -> str:
+    """The scorecard as one self-contained page; ``links``: a model's path -> its own report's address."""
+    links = links or {}
+    out = [f"<!doctype html><meta charset=utf-8><title>portability audit</title><style>{_CSS}</style>",
+           f"<h1>portability audit: {card['models_passed']} of {card['models']} models passed</h1>",
+           "<table><tr><th>target<th>pass rate<th>passed<th>failures by status<th>median size<th>median p50 ms"]
+    for tid, t in card["targets"].items():
+        fails = ", ".join(f"{s} {n}" for s, n in t["by_status"].items() if s not in ("pass", "skipped")) or "–"
+        rate = "–" if t["pass_rate"] is None else f"{t['pass_rate']:.0%}"
+        size = "–" if t["median_size_bytes"] is None else f"{t['median_size_bytes'] / 1024:.1f} KB"
+        lat = "–" if t["median_p50_ms"] is None else f"{t['median_p50_ms']:.3g}"
+        out.append(f"<tr><td><code>{_h(tid)}</code><td class=n>{rate}<td class=n>{t['pass']}/{t['models']}"
+                   f"<td>{_h(fails)}<td class=n>{size}<td class=n>{lat}")
+    out.append("</table>")
+    if d is not None:
+        out.append(f"<h2>Against the baseline: {len(d['worse'])} worse, {len(d['fixed'])} fixed</h2><ul>")
+        out += [f"<li class={'fail' if r in d['worse'] else 'pass'}><code>{_h(r['model'])}</code> {_h(r['target'] or '(the model)')}: "
+                f"{_h(r['was'])} → {_h(r['now'])}" for r in d["worse"] + d["fixed"]]
+        out.append("</ul><table><tr><th>latency (p50, now/before)<th>targets")
+        out += [f"<tr><td>{_h(k)}<td class=n>{n}" for k, n in d["latency"].items()]
+        out.append("</table>")
+    conf = card.get("conformance")
+    if conf:
+        tids = list(conf["targets"])
+        out.append(f"<h2>ONNX conformance: {conf['cases']} cases, {len(conf['ops'])} op types</h2><table><tr><th>op")
+        out += [f"<th>{_h(t.split('/', 1)[-1])}" for t in tids]
+        out.append("<tr><th>op types all passing" + "".join(f"<th>{conf['targets'][t]['ops_passing']}/{conf['targets'][t]['ops']}" for t in tids))
+        for op, per in conf["ops"].items():
+            out.append(f"<tr><td><code>{_h(op)}</code>")
+            for t in tids:
+                c = per.get(t) or {"cases": 0, "pass": 0, "cells": {}}
+                kind = "pass" if c["pass"] == c["cases"] else "skipped" if c["cells"].get("skipped") == c["cases"] else \
+                    max((k for k in c["cells"] if k != "pass"), key=lambda k: c["cells"][k])
+                out.append(f"<td class={_cls(kind)} title='{_h(c['cells'])}'>{c['pass']}/{c['cases']}")
+        out.append("</table>")
+    if card["failures_by_op"]:
+        out.append("<h2>Failures by op</h2><table><tr><th>target<th>op<th>models")
+        out += [f"<tr><td><code>{_h(f['target'])}</code><td><code>{_h(f['op'])}</code><td class=n>{f['models']}"
+                for f in card["failures_by_op"]]
+        out.append("</table>")
+    if card["failures_by_message"]:
+        out.append("<h2>Failures by message</h2><table><tr><th>status<th>message<th>models")
+        out += [f"<tr><td>{_h(f['status'])}<td>{_h(f['message'])}<td class=n>{f['models']}" for f in card["failures_by_message"]]
+        out.append("</table>")
+    tids = list(card["targets"])
+    out.append("<h2>Models</h2><table><tr><th>model<th>status" + "".join(f"<th>{_h(t)}" for t in tids))
+    for r in card["rows"]:
+        name = r.get("name") or r["path"].rsplit("/", 1)[-1]
+        link = links.get(r["path"])
+        label = f"<a href='{_h(link)}'>{_h(name)}</a>" if link else _h(name)
+        out.append(f"<tr><td title='{_h(r['path'])}'>{label}<td class={_cls(r['status'])}>{_h(r['status'])}"
+                   + (f": {_h(r['error'])}" if r.get("error") else "")
+                   + "".join(f"<td class={_cls(r['targets'].get(t, 'skipped'))}>{_h(r['targets'].get(t, '–'))}" for t in tids))
+    out.append("</table>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,206 @@
+"""``audit --onnx-conformance``: ONNX's own node test cases as an audit corpus, with the spec's outputs.
+
+``onnx.backend.test.case.node.collect_testcases()`` regenerates, from the installed onnx package, every
+single-op model of the ONNX backend tests with its inputs and the outputs the spec says it gives. The
+corpus is written once per onnx version in the cache (``<cache>/onnx-conformance/<version>/``): per case a
+folder with ``model.onnx``, ``inputs.npz`` (one batch) and ``expected.npz``. Each case is then checked as
+any model is (the reference runtime and every target), and every target's outputs are also compared with
+the expected ones (:func:`against_spec`): a second reference, the spec's, beside the reference runtime.
+
+A case whose inputs or outputs are not plain tensors (sequences, optionals, strings) cannot be fed through
+a ``.npz`` of arrays; it is left out and listed with its reason (``left_out.json``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from portability.core.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+#: ``one``: the first case of each op type that is not a function expansion; ``all``: every case
+CASES = ("one", "all")
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", s.lower())
+
+
+def _op_of(case, ops_by_name: dict[str, str]) -> str:
+    """The op type a case tests: its one node's, or the node named in the case's name; an expansion's is its
+    original's."""
+    name = case.name.removeprefix("test_")
+    if name.endswith("_expanded") or "_expanded_" in name:
+        base = "test_" + name.split("_expanded")[0]
+        if base in ops_by_name:
+            return ops_by_name[base]
+    nodes = list(case.model.graph.node)
+    if len(nodes) == 1:
+        return nodes[0].op_type
+    key = _norm(name)
+    named = [n.op_type for n in nodes if _norm(n.op_type) and key.startswith(_norm(n.op_type))]
+    return max(named, key=len) if named else nodes[-1].op_type
+
+
+#: what a ``.npz`` holds and every runtime reads (bfloat16, float8 and int4 are ml_dtypes types)
+_NUMERIC = {np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+            np.float16, np.float32, np.float64}
+
+
+def _array(value):
+    """A case's value as an array (numpy scalars and TensorProtos too), or the value itself."""
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if type(value).__name__ == "TensorProto":
+        from onnx import numpy_helper
+
+        try:
+            return numpy_helper.to_array(value)
+        except Exception:  # noqa: BLE001 - a type numpy cannot hold
+            return value
+    return value
+
+
+def _plain(value) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.type in _NUMERIC
+
+
+def _tensor_io(model) -> bool:
+    return all(v.type.HasField("tensor_type") for v in list(model.graph.input) + list(model.graph.output))
+
+
+def collect():
+    """Every node test case of the installed onnx package (quietly: the generators compute with warnings)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return collect_testcases()
+
+
+def build(folder: Path, ops: list[str] | None = None, cases: str = "one"):
+    """Write the corpus under ``folder`` (once: an existing case folder is reused); return
+    ``(items, left_out)``: the audit items, in op order, and ``{case name: reason}`` of the cases left out."""
+    import onnx
+
+    from portability.engine.audit import Item
+
+    if cases not in CASES:
+        raise UsageError(f"--cases must be one of {', '.join(CASES)}, got '{cases}'")
+    every = collect()
+    ops_by_name: dict[str, str] = {}
+    for c in every:
+        if len(c.model.graph.node) == 1:
+            ops_by_name[c.name] = c.model.graph.node[0].op_type
+    wanted = {_norm(o): o for o in ops} if ops else None
+    picked: dict[str, list] = {}
+    for c in sorted(every, key=lambda c: c.name):
+        op = _op_of(c, ops_by_name)
+        if wanted is not None and _norm(op) not in wanted:
+            continue
+        picked.setdefault(op, []).append(c)
+    if wanted is not None:
+        unknown = sorted(set(wanted) - {_norm(o) for o in picked})
+        if unknown:
+            known = sorted({_op_of(c, ops_by_name) for c in every})
+            raise UsageError(f"--ops: no conformance case tests {', '.join(wanted[u] for u in unknown)} "
+                             f"(the installed onnx {onnx.__version__} has cases for {len(known)} op types, e.g. {', '.join(known[:8])})")
+    folder = Path(folder) / onnx.__version__
+    folder.mkdir(parents=True, exist_ok=True)
+    items: list[Item] = []
+    left_out: dict[str, str] = {}
+    for op in sorted(picked, key=str.lower):
+        chosen = 0
+        for c in picked[op]:
+            if cases == "one" and chosen:
+                break
+            why = _unfit(c)
+            if why:
+                left_out[c.name] = why
+                continue
+            if cases == "one" and ("_expanded" in c.name) and any("_expanded" not in o.name for o in picked[op]):
+                continue
+            d = folder / c.name
+            model_path = d / "model.onnx"
+            if not (model_path.is_file() and (d / "expected.npz").is_file()):
+                d.mkdir(exist_ok=True)
+                inputs, outputs = c.data_sets[0]
+                ins = [v.name for v in c.model.graph.input]
+                outs = [v.name for v in c.model.graph.output]
+                np.savez(d / "inputs.npz", **{n: _array(a) for n, a in zip(ins, inputs)})
+                np.savez(d / "expected.npz", **{n: _array(a) for n, a in zip(outs, outputs)})
+                onnx.save(c.model, str(d / ".model.onnx"))
+                (d / ".model.onnx").replace(model_path)
+            items.append(Item(model_path, {"inputs": str(d / "inputs.npz")}, expected=d / "expected.npz",
+                              name=c.name, op=op, tolerance=(float(c.rtol), float(c.atol))))
+            chosen += 1
+        if not chosen and cases == "one" and picked[op]:
+            left_out.setdefault(picked[op][0].name, "no case of this op can be fed as arrays")
+    (folder / "left_out.json").write_text(json.dumps(left_out, indent=1, sort_keys=True) + "\n")
+    return items, left_out
+
+
+def _unfit(case) -> str | None:
+    """Why a case cannot go through a check's ``.npz`` inputs (None when it can)."""
+    if not case.data_sets:
+        return "no input data"
+    inputs, outputs = case.data_sets[0]
+    if not _tensor_io(case.model):
+        return "inputs or outputs are sequences, maps or optionals"
+    if len(inputs) != len(case.model.graph.input) or len(outputs) != len(case.model.graph.output):
+        return "its data does not match its graph's inputs and outputs"
+    for v in map(_array, list(inputs) + list(outputs)):
+        if not _plain(v):
+            kind = str(v.dtype) if isinstance(v, np.ndarray) else "None" if v is None else type(v).__name__
+            return f"a value that is not a numeric tensor ({kind})"
+    return None
+
+
+def against_spec(targets: list[dict], outputs: dict, expected_path: Path, tolerance: tuple[float, float] | None) -> None:
+    """Add ``spec`` to each target that ran (in place): ``{"agrees", "max_abs", "problems"}``. It agrees when
+    each output is within the case's own tolerance (``|got - expected| <= atol + rtol * |expected|``, as
+    ONNX's backend tests demand) or within the target's drift thresholds against the expected outputs."""
+    from portability.metrics import drift
+
+    with np.load(expected_path, allow_pickle=False) as z:
+        expected = {k: z[k] for k in z.files}
+    rtol, atol = tolerance or (1e-3, 1e-7)
+    for t in targets:
+        got = outputs.get(t["id"])
+        if got is None:
+            continue
+        problems: list[str] = []
+        worst = 0.0
+        within_case = True
+        for name, exp in expected.items():
+            g = got.get(name)
+            if g is None:
+                problems.append(f"output '{name}' is missing")
+                continue
+            g = g[0] if isinstance(g, list) else np.asarray(g)
+            if g.size != exp.size:
+                problems.append(f"output '{name}' has {g.size} values, the spec {exp.size}")
+                continue
+            g = g.reshape(exp.shape)
+            e64, g64 = exp.astype(np.float64), g.astype(np.float64)
+            with np.errstate(all="ignore"):
+                d = np.abs(e64 - g64)
+                ok = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
+            within_case &= bool(ok.all())
+            finite = d[np.isfinite(d)]
+            worst = max(worst, float(finite.max()) if finite.size else 0.0,
+                        float("inf") if np.any(np.isfinite(e64) != np.isfinite(g64)) else 0.0)
+        by_thresholds = False
+        if not problems:
+            per, _agree, structural = drift.compare({k: v[None] for k, v in expected.items()},
+                                                    {k: np.asarray(got[k][0] if isinstance(got[k], list) else got[k]).reshape((1, *v.shape))
+                                                     for k, v in expected.items()})
+            by_thresholds = not structural and not drift.breaches({"outputs": per}, t.get("thresholds") or {})
+        t["spec"] = {"agrees": not problems and (within_case or by_thresholds), "max_abs": worst,
+                     "problems": problems}
