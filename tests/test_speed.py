@@ -307,3 +307,36 @@ def test_ctrl_c_or_a_kill_leaves_no_browser_or_worker(tmp_path, request, sig):
         time.sleep(0.2)
     assert not _leftovers(str(scratch)), _leftovers(str(scratch))
     assert not list(scratch.glob("portability-chromium-*"))
+
+
+def test_a_conversion_that_failed_fails_the_checks_other_targets_without_converting_again(tmp_path):
+    """Ten targets start from one onnx2tf run: when it fails, it fails once, not ten times — within the
+    one check only (another check converts again), and never for a timeout."""
+    from portability.converters.base import ConvertContext, Converter
+    from portability.core.artifact import Artifact
+    from portability.core.errors import ConvertError
+    from portability.engine.cache import Cache
+
+    calls = []
+
+    class Refuses(Converter):
+        output_format = "onnx"
+
+        def version(self):
+            return "1"
+
+        def convert(self, src, out_dir, options, ctx):
+            calls.append(1)
+            raise ConvertError("op TopK with a dynamic k is not supported", op="TopK")
+
+    src = Artifact(path=FIXTURES / "mlp.onnx", format="onnx", sha256="abc")
+    errors = []
+    for scope in ("check-1", "check-1", "check-1", "check-2"):
+        with pytest.raises(ConvertError) as e:
+            Cache(tmp_path, scope=scope).convert(Refuses(), src, {}, ConvertContext())
+        errors.append((str(e.value), e.value.op))
+    assert len(calls) == 2  # once for check-1's three targets, once for check-2
+    assert set(errors) == {("op TopK with a dynamic k is not supported", "TopK")}
+    with pytest.raises(ConvertError):  # without a check's id nothing is remembered
+        Cache(tmp_path).convert(Refuses(), src, {}, ConvertContext())
+    assert len(calls) == 3

@@ -84,6 +84,9 @@ class Job:
     extra_outputs: str = ""
     #: the OS sandbox the worker enters before it reads the model (``core.sandbox.Sandbox.to_dict``)
     sandbox: dict = field(default_factory=dict)
+    #: the check this job belongs to: a conversion that failed for one of its targets fails the others
+    #: that need it at once (``engine.cache``), without converting again
+    check_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

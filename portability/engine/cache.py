@@ -75,11 +75,18 @@ def cache_key(src: Artifact, conv: Converter, options: dict[str, Any], ctx: Conv
 
 
 class Cache:
-    """``use=False`` (``--no-cache``) converts into a private temporary folder and keeps nothing."""
+    """``use=False`` (``--no-cache``) converts into a private temporary folder and keeps nothing.
 
-    def __init__(self, root: Path | None = None, use: bool = True, scratch_parent: Path | None = None):
+    ``scope`` (a check's id): a conversion that fails is remembered beside its entry for that check, so
+    that the check's other targets that need the same conversion (ten targets start from one onnx2tf run)
+    fail at once with the same error instead of converting again. Only an error the converter raised is
+    remembered, never a timeout or a killed worker (they leave no note), and only within the one check."""
+
+    def __init__(self, root: Path | None = None, use: bool = True, scratch_parent: Path | None = None,
+                 scope: str = ""):
         self.root = Path(root) if root else default_root()
         self.use = use
+        self.scope = scope
         self._scratch: Path | None = None
         self._scratch_parent = scratch_parent
 
@@ -103,15 +110,54 @@ class Cache:
         hit = self._cached(entry)
         if hit is not None:
             return hit, True
+        self._failed_before(entry)
         entry.parent.mkdir(parents=True, exist_ok=True)
         with open(entry.parent / f".{key}.lock", "a+") as lock:
             _lock(lock, on_wait)  # released when the file closes, or when this process dies
             hit = self._cached(entry)
             if hit is not None:
                 return hit, True
+            self._failed_before(entry)
             if entry.exists():  # damaged (files removed by hand, an interrupted copy): convert anew
                 shutil.rmtree(entry, ignore_errors=True)
-            return self._convert(conv, src, options, ctx, key, entry)
+            try:
+                return self._convert(conv, src, options, ctx, key, entry)
+            except Exception as e:
+                self._remember_failure(entry, e)
+                raise
+
+    def _failure_note(self, entry: Path) -> Path:
+        return entry.parent / f".{entry.name}.failed.json"
+
+    def _failed_before(self, entry: Path) -> None:
+        """Raise the error this conversion already gave in this check, if it gave one."""
+        if not self.scope:
+            return
+        try:
+            note = json.loads(self._failure_note(entry).read_text())
+        except (OSError, ValueError):
+            return
+        if note.get("scope") != self.scope:
+            return
+        from portability.core.errors import ConvertError
+
+        log.info("%s failed for another target of this check: not converting again", entry.name[:12])
+        raise ConvertError(note["error"], op=note.get("op"), node=note.get("node"))
+
+    def _remember_failure(self, entry: Path, e: Exception) -> None:
+        if not self.scope or getattr(e, "status", "convert-error") not in ("convert-error", "run-error"):
+            return
+        msg = str(e).strip()
+        note = {"scope": self.scope, "error": msg if msg else type(e).__name__,
+                "op": getattr(e, "op", None), "node": getattr(e, "node", None)}
+        if not hasattr(e, "status"):  # an unexpected exception: as the worker words it
+            note["error"] = f"{type(e).__name__}: {msg.splitlines()[0]}" if msg else type(e).__name__
+        try:
+            tmp = self._failure_note(entry).with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(note))
+            os.replace(tmp, self._failure_note(entry))
+        except OSError:
+            pass
 
     @staticmethod
     def _cached(entry: Path) -> Artifact | None:

@@ -108,6 +108,7 @@ class _Run:
         self.input_shapes = {s.name: [int(d) for d in feeds.arrays[s.name].shape[1:]] for s in model.inputs
                              if any(not isinstance(d, int) for d in s.shape)}
         self.feeds_file = workdir / "feeds.npz"
+        self.check_id = workdir.name  # unique per check (a fresh temporary folder)
         save_feeds(feeds.arrays, self.feeds_file, self.in_names)
         self.ref_outputs: dict[str, np.ndarray] = {}
         self.ref_metrics: dict = {}
@@ -187,7 +188,7 @@ class _Run:
                    feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
                    output_names=self.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
-                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes,
+                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
                    extra_feeds=str(self.robustness.file) if self.robustness and self.robustness.set.groups else "")
 
     def thresholds_for(self, target: Target) -> dict:
