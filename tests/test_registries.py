@@ -26,7 +26,7 @@ def test_target_resolves_and_its_formats_line_up(tid):
 
     t = TARGETS[tid]
     runtime = load_class(t.runtime)
-    runtime(t.options)  # construction checks the options: a misspelled one raises
+    runtime.facts(t.options)  # the facts check the options: a misspelled one raises
     routes = 0
     for source in SOURCE_FORMATS:
         try:
@@ -68,6 +68,31 @@ def test_unknown_runtime_option_is_refused():
 
     with pytest.raises(ValueError, match="unknown option.*graph_optimisation.*reads: graph_optimization, threads"):
         OrtCpu({"graph_optimisation": "disabled"})
+
+
+def test_no_runtime_is_created_in_the_checks_own_process(monkeypatch, tmp_path):
+    """What the check asks of a runtime (cost, service, contention group, network) comes from its class:
+    a runtime is created only in a worker, where it loads and runs the model."""
+    from portability import api
+    from portability.runtimes.base import Runtime
+
+    FIXTURES = PKG.parent / "fixtures"
+    made = []
+    real = Runtime.__init__
+
+    def counted(self, *a, **kw):
+        made.append(type(self).__name__)
+        real(self, *a, **kw)
+
+    monkeypatch.setattr(Runtime, "__init__", counted)
+    with pytest.raises(ValueError, match="unknown option"):  # the check itself: the spy sees creations
+        load_class("portability.runtimes.ort:OrtCpu")({"nope": 1})
+    assert made == ["OrtCpu"]
+    made.clear()
+    report = api.check(FIXTURES / "lenet.onnx", targets="server/ort-cpu-noopt,web/ort-wasm,mobile/ort-mobile", runs=2,
+                       warmup=0, samples=2)
+    assert [t.status for t in report.targets] == ["pass"] * 4, [(t.id, t.status, t.error) for t in report.targets]
+    assert made == []
 
 
 def test_a_lookup_that_misses_lists_what_exists():

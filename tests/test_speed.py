@@ -226,7 +226,7 @@ def test_the_costliest_targets_start_first():
     from portability.targets import expand
 
     targets = expand("server,web,mobile")
-    order = [t.id for t in schedule.by_cost(targets, lambda t: load_class(t.runtime)(t.options).cost())]
+    order = [t.id for t in schedule.by_cost(targets, lambda t: load_class(t.runtime).facts(t.options).cost)]
     assert order.index("web/ort-webgpu") < order.index("web/ort-wasm") < order.index("server/ort-cpu-noopt")
     assert order.index("server/tf") < order.index("web/ort-wasm")  # importing TensorFlow
 

@@ -38,15 +38,11 @@ def audit(
 
     Exit 0 when every gating target of every model passed (and, with --baseline, nothing got worse),
     1 when one failed, 2 on a usage error."""
-    import json
-
     from rich.console import Console
-    from rich.table import Table
 
     from portability.core.errors import UsageError
     from portability.engine.audit import run
     from portability.report import scorecard
-    from portability.report.files import write_atomic
 
     err = Console(stderr=True)
     if executor not in ("local", "ray"):
@@ -54,22 +50,7 @@ def audit(
     if address and executor != "ray":
         raise UsageError("--address goes with --executor ray")
     old = _baseline(baseline) if baseline else None
-    corpus = None
-    if onnx_conformance:
-        if spec is not None:
-            raise UsageError("--onnx-conformance builds its own corpus: give no folder or manifest")
-        from portability.engine import conformance
-        from portability.engine.cache import default_root
-
-        err.print("audit: building the ONNX conformance corpus from the installed onnx package…", highlight=False)
-        found, left_out = conformance.build(default_root() / "onnx-conformance", [o for o in (ops or "").split(",") if o.strip()] or None, cases)
-        err.print(f"audit: {len(found)} conformance cases over {len({i.op for i in found})} op types"
-                  + (f" ({len(left_out)} cases left out: their values are not numeric tensors)" if left_out else ""), highlight=False)
-        corpus = (found, {}, Path.cwd())
-    elif spec is None:
-        raise UsageError("audit: give a folder of models or a manifest (or --onnx-conformance)")
-    elif ops or cases != "one":
-        raise UsageError("--ops and --cases go with --onnx-conformance")
+    corpus = _corpus(err, spec, onnx_conformance, ops, cases)
     flags = {"targets": targets, "inputs": inputs, "dataset": dataset, "shapes": shape or None, "samples": samples,
              "runs": runs, "jobs": jobs, "sandbox": sandbox}
 
@@ -86,6 +67,41 @@ def audit(
                   corpus=corpus)
     card = scorecard.build(entries)
     d = scorecard.diff(old, entries) if old is not None else None
+    _show(card, d)
+    _write(err, entries, card, d, json_path, markdown_path, html_path)
+    failed = [e for e in entries if e["status"] != "passed"]
+    return 1 if failed or (d and d["worse"]) else 0
+
+
+def _corpus(err, spec: Path | None, onnx_conformance: bool, ops: str | None, cases: str):
+    """The conformance corpus's ``(items, defaults, state folder)`` with --onnx-conformance, else None."""
+    from portability.core.errors import UsageError
+
+    if not onnx_conformance:
+        if spec is None:
+            raise UsageError("audit: give a folder of models or a manifest (or --onnx-conformance)")
+        if ops or cases != "one":
+            raise UsageError("--ops and --cases go with --onnx-conformance")
+        return None
+    if spec is not None:
+        raise UsageError("--onnx-conformance builds its own corpus: give no folder or manifest")
+    from portability.engine import conformance
+    from portability.engine.cache import default_root
+
+    err.print("audit: building the ONNX conformance corpus from the installed onnx package…", highlight=False)
+    found, left_out = conformance.build(default_root() / "onnx-conformance",
+                                        [o.strip() for o in (ops or "").split(",") if o.strip()] or None, cases)
+    err.print(f"audit: {len(found)} conformance cases over {len({i.op for i in found})} op types"
+              + (f" ({len(left_out)} cases left out: their values are not numeric tensors)" if left_out else ""),
+              highlight=False)
+    return found, {}, Path.cwd()
+
+
+def _show(card: dict, d: dict | None) -> None:
+    """The scorecard in the terminal: the per-target table, failing ops, conformance, the baseline's changes."""
+    from rich.console import Console
+    from rich.table import Table
+
     out = Console() if Console().is_terminal else Console(width=160)
     table = Table("target", "pass rate", "passed", "failures", "median size", "median p50 ms",
                   title=f"audit: {card['models_passed']} of {card['models']} models passed", title_justify="left")
@@ -108,6 +124,16 @@ def audit(
             out.print(f"  worse: {r['model']} {r['target'] or '(the model)'}: {r['was']} -> {r['now']}", highlight=False)
         for r in d["fixed"][:10]:
             out.print(f"  fixed: {r['model']} {r['target'] or '(the model)'}: {r['was']} -> {r['now']}", highlight=False)
+
+
+def _write(err, entries: list[dict], card: dict, d: dict | None, json_path: Path | None, markdown_path: Path | None,
+           html_path: Path | None) -> None:
+    """The audit's files: its JSON (the models without their whole reports), Markdown, HTML and model pages."""
+    import json
+
+    from portability.report import scorecard
+    from portability.report.files import write_atomic
+
     lean = [{k: v for k, v in e.items() if k != "report"} for e in entries]
     if json_path:
         write_atomic(json_path, json.dumps({"models": lean, "scorecard": card, **({"baseline": d} if d else {})},
@@ -118,8 +144,6 @@ def audit(
     if html_path:
         write_atomic(html_path, scorecard.html(card, _model_pages(html_path, entries), d))
         err.print(f"audit: {html_path}")
-    failed = [e for e in entries if e["status"] != "passed"]
-    return 1 if failed or (d and d["worse"]) else 0
 
 
 def _baseline(path: Path) -> list[dict]:

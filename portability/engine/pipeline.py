@@ -124,17 +124,18 @@ class _Run:
         self._runtimes: dict[str, Any] = {}
 
     def _runtime(self, target: Target):
-        """The target's runtime object, for what it says of itself (its cost, service, group): made once."""
+        """What the target's runtime is (``Runtime.facts``: its cost, service, group, network), read from its
+        class: no runtime is created in the check's own process, only in its worker."""
         from portability.core.target import load_class
 
         if target.id not in self._runtimes:
-            self._runtimes[target.id] = load_class(target.runtime)(target.options)
+            self._runtimes[target.id] = load_class(target.runtime).facts(target.options)
         return self._runtimes[target.id]
 
     def _lease(self, target: Target):
         """(services for the job, the lease): the shared service the target's runtime uses (a browser, the
         emulated ARM64 interpreter), started on first use."""
-        name = self._runtime(target).service()
+        name = self._runtime(target).service
         if not name:
             return {}, None
         if self.services.running(name):
@@ -157,7 +158,7 @@ class _Run:
 
     def prestart(self, targets: list[Target]) -> None:
         """The shared services the available ones of these targets use start now, beside the reference run."""
-        self.services.prestart({self._runtime(t).service() for t in targets
+        self.services.prestart({self._runtime(t).service for t in targets
                                 if t.id not in self.no_route and availability(t).ok})
 
     def close(self) -> None:
@@ -167,8 +168,8 @@ class _Run:
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
         """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
         (``engine/schedule.py``); the results in the order of ``targets``."""
-        order = by_cost(targets, lambda t: self._runtime(t).cost())
-        self.gate.plan([(t.id, self._runtime(t).contends()) for t in order])
+        order = by_cost(targets, lambda t: self._runtime(t).cost)
+        self.gate.plan([(t.id, self._runtime(t).contends) for t in order])
         pool = ThreadPoolExecutor(max_workers=min(len(order), self.gate.threads()) or 1)
         try:
             done = dict(zip((t.id for t in order), pool.map(self.run, order)))

@@ -40,7 +40,8 @@ class _Emulated(Runtime):
     _endpoint: str | None = None
     _rss_mb: float | None = None
 
-    def service(self) -> str | None:
+    @classmethod
+    def service(cls, options: dict[str, Any]) -> str | None:
         return "arm64"
 
     @classmethod
@@ -58,7 +59,7 @@ class _Emulated(Runtime):
         if not ok:
             raise Unavailable(reason, arm64.SETUP_HINT)
         self.versions = arm64.versions()
-        endpoint = self.services.get(self.service())
+        endpoint = self.services.get(self.service(self.options))
         if endpoint:
             try:
                 self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time as _time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,6 +32,17 @@ def time_calls(fn, args: tuple, warmup: int, runs: int) -> list[float]:
         out.append((clock() - t0) * 1e3)
     return out
 
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a runtime is for one target (``Runtime.facts``): its relative cost (the costliest start first),
+    the group whose targets work one at a time, the shared service it needs, the network it may reach."""
+
+    cost: float
+    contends: str | None
+    service: str | None
+    network: str
 
 class Runtime(ABC):
     #: the artifact format it runs ("onnx", "ort", "tflite", "tfjs")
@@ -57,10 +69,15 @@ class Runtime(ABC):
         self.options = dict(options or {})
         #: endpoints of services the check runs for its workers (``browser``: a shared Chromium)
         self.services: dict[str, str] = {}
-        unknown = sorted(set(self.options) - self.OPTIONS)
+        self.check_options(self.options)
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """A ValueError for an option this runtime does not read: a mistake in a target's definition."""
+        unknown = sorted(set(options) - cls.OPTIONS)
         if unknown:
-            raise ValueError(f"{type(self).__name__}: unknown option(s) {', '.join(unknown)} "
-                             f"(it reads: {', '.join(sorted(self.OPTIONS)) or 'none'})")
+            raise ValueError(f"{cls.__name__}: unknown option(s) {', '.join(unknown)} "
+                             f"(it reads: {', '.join(sorted(cls.OPTIONS)) or 'none'})")
 
     # -- facts ---------------------------------------------------------------------------------------
     @classmethod
@@ -86,16 +103,29 @@ class Runtime(ABC):
         """Extra plain-JSON facts for the report (bundle used, layout mapping, threads, coverage...)."""
         return {}
 
-    def cost(self) -> float:
-        """``cost_s``, for this target's options (a software GPU adapter costs more than wasm)."""
-        return self.cost_s
+    # -- what the runtime is, for a target's options: class-level, read without creating a runtime (the
+    # -- check's own process never creates one; only the worker does)
 
-    def contends(self) -> str | None:
+    @classmethod
+    def facts(cls, options: dict[str, Any] | None = None) -> "Facts":
+        """Everything the check asks of a runtime before its worker starts, for these target options."""
+        o = dict(options or {})
+        cls.check_options(o)
+        return Facts(cost=cls.cost(o), contends=cls.contends(o), service=cls.service(o), network=cls.network)
+
+    @classmethod
+    def cost(cls, options: dict[str, Any]) -> float:
+        """``cost_s``, for this target's options (a software GPU adapter costs more than wasm)."""
+        return cls.cost_s
+
+    @classmethod
+    def contends(cls, options: dict[str, Any]) -> str | None:
         """A name shared by the targets whose work one process of a shared service serializes (a browser's
         GPU process runs every page's shaders on its one main thread): such targets work one at a time."""
         return None
 
-    def service(self) -> str | None:
+    @classmethod
+    def service(cls, options: dict[str, Any]) -> str | None:
         """The shared service this runtime uses, if any (``engine/services.py``: a browser flavour, the
         emulated ARM64 interpreter): the check starts it once and gives its endpoint in ``services``."""
         return None

@@ -34,10 +34,15 @@ class LiteRtJs(WebRuntime):
 
     @property
     def accelerator(self) -> str:
-        return self.options.get("accelerator", "wasm")
+        return self.requested(self.options)
 
-    def uses_webgpu(self) -> bool:
-        return self.accelerator == "webgpu"
+    @classmethod
+    def requested(cls, options: dict[str, Any]) -> str:
+        return options.get("accelerator", "wasm")
+
+    @classmethod
+    def uses_webgpu(cls, options: dict[str, Any]) -> bool:
+        return cls.requested(options) == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         from portability.runtimes.litert import tflite_io
@@ -80,8 +85,6 @@ class LiteRtJs(WebRuntime):
     def describe(self) -> str:
         return f"LiteRT.js {self._info.get('version') or '?'} ({self.accelerator} accelerator)"
 
-    def backend_requested(self) -> str:
-        return self.accelerator
 
     def backend_used(self) -> str | None:
         return self._info.get("accelerator")

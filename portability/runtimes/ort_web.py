@@ -70,8 +70,13 @@ class OrtWeb(WebRuntime):
     def bundle(self) -> str:
         return self.options.get("bundle") or BUNDLES[self.ep]
 
-    def uses_webgpu(self) -> bool:
-        return self.ep == "webgpu"
+    @classmethod
+    def requested(cls, options: dict[str, Any]) -> str:
+        return _backend(options.get("ep", "wasm"), int(options.get("threads", 1)))
+
+    @classmethod
+    def uses_webgpu(cls, options: dict[str, Any]) -> bool:
+        return options.get("ep", "wasm") == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         return {"bundle": self.bundle, "ep": self.ep, "threads": self.threads,
@@ -89,8 +94,6 @@ class OrtWeb(WebRuntime):
     def describe(self) -> str:
         return f"onnxruntime-web {self._info.get('version') or '?'} ({self.bundle}, {self.ep})"
 
-    def backend_requested(self) -> str:
-        return _backend(self.ep, self.threads)
 
     def backend_used(self) -> str | None:
         if not self._info:

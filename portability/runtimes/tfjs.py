@@ -37,10 +37,15 @@ class Tfjs(WebRuntime):
 
     @property
     def backend(self) -> str:
-        return self.options.get("backend", "wasm")
+        return self.requested(self.options)
 
-    def uses_webgpu(self) -> bool:
-        return self.backend == "webgpu"
+    @classmethod
+    def requested(cls, options: dict[str, Any]) -> str:
+        return options.get("backend", "wasm")
+
+    @classmethod
+    def uses_webgpu(cls, options: dict[str, Any]) -> bool:
+        return cls.requested(options) == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         io = artifact.meta.get("tfjs_io")
@@ -72,8 +77,6 @@ class Tfjs(WebRuntime):
     def describe(self) -> str:
         return f"TensorFlow.js {self._info.get('version') or '?'} ({self.backend} backend, graph model)"
 
-    def backend_requested(self) -> str:
-        return self.backend
 
     def backend_used(self) -> str | None:
         return self._info.get("backend")

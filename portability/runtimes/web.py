@@ -87,25 +87,38 @@ class WebRuntime(Runtime):
 
         return web_availability(cls.packages)
 
-    def service(self) -> str | None:
-        return "browser-webgpu" if self.uses_webgpu() else "browser"
+    @classmethod
+    def service(cls, options: dict[str, Any]) -> str | None:
+        return "browser-webgpu" if cls.uses_webgpu(options) else "browser"
 
     @classmethod
     def served_dirs(cls) -> tuple[str, ...]:
         return cls.served or tuple(dict.fromkeys(f"{pkg}/{f.rsplit('/', 1)[0]}" for pkg, f in cls.packages.items()))
 
-    def uses_webgpu(self) -> bool:
+    @classmethod
+    def uses_webgpu(cls, options: dict[str, Any]) -> bool:
         return False
 
-    def _gpu(self) -> bool:
-        return self.uses_webgpu() or "webgl" in str(self.backend_requested() or "")
+    @classmethod
+    def requested(cls, options: dict[str, Any]) -> str | None:
+        """The backend these options ask for (``backend_requested``)."""
+        return None
 
-    def cost(self) -> float:
+    def backend_requested(self) -> str | None:
+        return self.requested(self.options)
+
+    @classmethod
+    def _gpu(cls, options: dict[str, Any]) -> bool:
+        return cls.uses_webgpu(options) or "webgl" in str(cls.requested(options) or "")
+
+    @classmethod
+    def cost(cls, options: dict[str, Any]) -> float:
         # a page, the engine's wasm compile; a software GPU adapter compiles its shaders on the CPU
-        return 2.0 + (2.5 if self.uses_webgpu() else 1.0 if self._gpu() else 0.0)
+        return 2.0 + (2.5 if cls.uses_webgpu(options) else 1.0 if cls._gpu(options) else 0.0)
 
-    def contends(self) -> str | None:
-        return f"{self.service()} GPU process" if self._gpu() else None
+    @classmethod
+    def contends(cls, options: dict[str, Any]) -> str | None:
+        return f"{cls.service(options)} GPU process" if cls._gpu(options) else None
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         """Engine-specific page configuration (merged into the ``harness.setup`` argument)."""
@@ -139,8 +152,8 @@ class WebRuntime(Runtime):
                                          module_dirs=self.served_dirs()).start()
             model_url = self._server.serve_artifact(artifact.folder) + artifact.path.name
             cfg = {"engine": self.engine, "modules": self._server.base + "m/", "model": model_url, **self.page_config(artifact)}
-            endpoint = self._browser_endpoint = self.services.get(self.service())
-            self._browser = Browser(webgpu=self.uses_webgpu(), console_filter=self.keep_console, endpoint=endpoint).start()
+            endpoint = self._browser_endpoint = self.services.get(self.service(self.options))
+            self._browser = Browser(webgpu=self.uses_webgpu(self.options), console_filter=self.keep_console, endpoint=endpoint).start()
             self._browser.new_page(self._server.base + "h/index.html")
             self._browser.wait_for("() => window.harness !== undefined")
             self._browser_name = self._browser.call(_BROWSER_VERSION)
