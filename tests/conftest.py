@@ -10,6 +10,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
+TESTS = Path(__file__).resolve().parent
+
+# every process the tests start (the CLI, its zygote and workers) can import the test doubles
+# (``doubles.py``); a test asks for their targets with PORTABILITY_PLUGINS=doubles
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [str(TESTS), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])))
 
 
 def _mxnet_venv() -> str:

@@ -58,7 +58,7 @@ def _emulators() -> set[int]:
 
 
 def _check(tmp_path, scratch, targets: str, expect_rc: int | None = 0, *more: str) -> dict:
-    env = {"PORTABILITY_TEST_TARGETS": "1", "TMPDIR": str(scratch), "PORTABILITY_ARM64_DIR": str(_HOME)}
+    env = {"PORTABILITY_PLUGINS": "doubles", "TMPDIR": str(scratch), "PORTABILITY_ARM64_DIR": str(_HOME)}
     return by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", targets, "--runs", "3", "--no-history",
                             *more, env=env, expect_rc=expect_rc))
 

@@ -3,7 +3,7 @@ import pytest
 
 from conftest import FIXTURES, by_id, check_json
 
-TEST_TARGETS = {"PORTABILITY_TEST_TARGETS": "1"}
+TEST_TARGETS = {"PORTABILITY_PLUGINS": "doubles"}
 
 
 def test_crash_hang_and_memory_hog_are_contained(tmp_path):

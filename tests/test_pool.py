@@ -14,7 +14,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 
-ECHO = "portability.runtimes.testing:Echo"
+ECHO = "doubles:Echo"
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_a_pooled_worker_reports_its_result(tmp_path, pool):
 
 
 def test_an_aborting_worker_is_crashed_with_sigabrt(tmp_path, pool):
-    wr = _run(tmp_path, _job(tmp_path, "portability.runtimes.testing:Abort"))
+    wr = _run(tmp_path, _job(tmp_path, "doubles:Abort"))
     assert pool.pid() is not None
     assert wr.status == "crashed" and "SIGABRT" in wr.error, wr.error
     assert _run(tmp_path, _job(tmp_path), "after").status == "ok"  # the pool lives on
@@ -127,12 +127,12 @@ else:
 
 def _hanging_worker(tmp_path, how: str) -> tuple[subprocess.Popen, list[psutil.Process]]:
     """A parent process with a pool whose worker hangs; returns it and [the zygote, the worker]."""
-    job = _job(tmp_path, "portability.runtimes.testing:Hang").at(tmp_path / "hang")
+    job = _job(tmp_path, "doubles:Hang").at(tmp_path / "hang")
     (tmp_path / "hang").mkdir()
     job_file = tmp_path / "hang" / "job.json"
     job_file.write_text(json.dumps(job.to_dict()))
     parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(job_file), str(tmp_path / "hang" / "log"), how],
-                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
     zygote_pid, worker_pid = map(int, parent.stdout.readline().split())
     assert parent.stdout.readline().strip() == "started"
     procs = [psutil.Process(zygote_pid), psutil.Process(worker_pid)]

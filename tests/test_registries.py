@@ -131,3 +131,31 @@ def test_no_function_over_the_size_limit():
     long = [(str(p.relative_to(PKG)), f.name, n) for p in PKG.rglob("*.py") for f in ast.walk(ast.parse(p.read_text()))
             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := f.end_lineno - f.lineno + 1) > 65]
     assert not long, long
+
+
+REGISTRIES = ["targets/__init__.py", "targets/server.py", "targets/web.py", "targets/mobile.py", "converters/registry.py",
+              "sources/__init__.py", "runtimes/__init__.py", "engine/services.py"]
+
+
+def test_the_package_ships_no_test_doubles_and_its_registries_read_no_environment_at_import():
+    """The misbehaving test targets live in tests/doubles.py and come in through the plugin hook, asked for
+    when the registry is built, never through a switch read when a module is imported."""
+    import os
+    import subprocess
+    import sys
+
+    assert not [p for p in PKG.rglob("testing.py")], "test doubles in the installed package"
+    assert not [i for i in registry() if i.startswith("test/")] or os.environ.get("PORTABILITY_PLUGINS")
+    for rel in REGISTRIES:
+        tree = ast.parse((PKG / rel).read_text())
+        top = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        names = {getattr(x, "attr", None) or getattr(x, "id", None) for n in top for x in ast.walk(n)}
+        assert not names & {"environ", "getenv"}, f"portability/{rel} reads the environment at import time"
+    code = ("import portability.targets as t, portability.targets.web, portability.targets.mobile; "
+            "print(len(t._registered)); print(sorted(i for i in t.registry() if i.startswith('test/')))")
+    env = dict(os.environ, PORTABILITY_PLUGINS="doubles")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split("\n")
+    assert out[0] == "0" and "test/abort" in out[1] and "test/web-crash" in out[1]
+    bad = subprocess.run([sys.executable, "-m", "portability", "targets"], capture_output=True, text=True,
+                         env=dict(os.environ, PORTABILITY_PLUGINS="no_such_plugin"))
+    assert bad.returncode == 2 and "cannot import plugin 'no_such_plugin'" in bad.stderr and "Traceback" not in bad.stderr

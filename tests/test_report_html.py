@@ -92,7 +92,7 @@ def test_html_report_renders_its_plots_in_chromium(tmp_path, artifacts, monkeypa
     html = tmp_path / "report.html"
     p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--dataset", str(FIXTURES / "digits.npz"), "-t",
                 "server/ort-cpu-noopt,server/onnx-reference,test/noisy", "--gate", "-test/noisy", "--runs", "20",
-                "--html", str(html), "--json", str(tmp_path / "r.json"), env={"PORTABILITY_TEST_TARGETS": "1"})
+                "--html", str(html), "--json", str(tmp_path / "r.json"), env={"PORTABILITY_PLUGINS": "doubles"})
     assert p.returncode == 0, p.stderr
     fetched, figs, shots, full = _render(html)
     (artifacts / "report.png").write_bytes(full)

@@ -16,7 +16,7 @@ from conftest import FIXTURES, ROOT, by_id, run_cli
 
 SCHEMAS = ROOT / "tests" / "schemas"
 FAST = ("--runs", "3", "--warmup", "1")
-TEST_TARGETS = {"PORTABILITY_TEST_TARGETS": "1"}
+TEST_TARGETS = {"PORTABILITY_PLUGINS": "doubles"}
 
 
 @pytest.fixture(autouse=True)

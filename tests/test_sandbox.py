@@ -37,7 +37,7 @@ def _confined(tmp_path: Path, code: str, **spec) -> dict:
     """) + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
     spec = {"mode": "require", **{k: list(v) if isinstance(v, tuple) else v for k, v in spec.items()}}
     p = subprocess.run([sys.executable, "-c", prog, json.dumps(spec)], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])), timeout=120)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT, by_id, check_json
 
-TEST_TARGETS = {"PORTABILITY_TEST_TARGETS": "1"}
+TEST_TARGETS = {"PORTABILITY_PLUGINS": "doubles"}
 
 
 def _leftovers(marker: str) -> list[str]:

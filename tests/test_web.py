@@ -273,7 +273,7 @@ def test_check_reports_pass_and_forced_fallback(tmp_path, request):
     model = conv_net(tmp_path / "m" / "model.onnx")
     scratch = Path(tempfile.mkdtemp(prefix="pw-web-", dir="/tmp"))  # where the worker's browser profile goes
     request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
-    env = {"PORTABILITY_TEST_TARGETS": "1", "TMPDIR": str(scratch)}
+    env = {"PORTABILITY_PLUGINS": "doubles", "TMPDIR": str(scratch)}
     report = check_json(tmp_path, model, "--targets", "web/ort-wasm,test/web-fallback", "--runs", "5",
                         env=env, expect_rc=None)
     t = by_id(report)

@@ -55,7 +55,7 @@ def test_models_package_never_imports_mxnet():
     """``import models`` and the framework-free modules stay importable in the main environment."""
     code = ("import sys, models, models.spec, models.common, models.data, models.mxnet\n"
             "assert 'mxnet' not in sys.modules, 'mxnet imported'\n")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
 
 
 def _dataset(name: str, cache: Path) -> Path:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.status import WORKER
 from portability.core.target import Target
 
 PROTOCOL_VERSION = 1
@@ -130,7 +131,7 @@ class ConversionStep:
 
 
 #: the worker's own outcome before any comparison: ``ok`` or the failure status it ended in
-WORKER_STATUSES = ("ok", "convert-error", "load-error", "run-error", "skipped", "timeout", "crashed")
+WORKER_STATUSES = WORKER
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,12 @@ folders) with the given settings; a manifest (TOML) lists models with their own 
     [[model]]
     path = "models/detector.onnx"
     shapes = {images = [1, 3, 608, 800]}
+    [[model]]
+    path = "cases/conv/model.onnx"  # with the outputs it must give on its inputs: a second reference
+    inputs = "cases/conv/inputs.npz"
+    expected = "cases/conv/expected.npz"
+    name = "conv_pads"              # what the scorecard calls it, and the op it tests (the ops table)
+    op = "Conv"
 
 Each model's result is written as it finishes, atomically, in the audit's state folder (``.portability-
 audit/`` beside the folder or manifest): a rerun — after Ctrl-C, a kill or a crash — skips the models
@@ -94,11 +100,16 @@ def items(spec: Path) -> tuple[list[Item], dict, Path]:
     for i, m in enumerate(models):
         if not isinstance(m, dict) or not m.get("path"):
             raise UsageError(f"{spec}: [[model]] number {i + 1} has no path")
-        settings = {k: v for k, v in m.items() if k != "path"}
+        settings = {k: v for k, v in m.items() if k not in ("path", "expected", "name", "op", "tolerance")}
         for k in ("inputs", "dataset"):
             if settings.get(k):
                 settings[k] = str((spec.parent / settings[k]).resolve())
-        out.append(Item((spec.parent / m["path"]).resolve(), settings))
+        expected = (spec.parent / m["expected"]).resolve() if m.get("expected") else None
+        if expected is not None and not expected.is_file():
+            raise UsageError(f"{spec}: [[model]] number {i + 1}: expected = {m['expected']} is not a file")
+        tol = m.get("tolerance")
+        out.append(Item((spec.parent / m["path"]).resolve(), settings, expected=expected, name=m.get("name"),
+                        op=m.get("op"), tolerance=(float(tol[0]), float(tol[1])) if tol else None))
     return out, dict(doc.get("defaults") or {}), spec.parent
 
 

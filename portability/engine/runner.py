@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from portability.core.protocol import Job, Phase, WorkerResult
+from portability.core.status import Status
 from portability.engine import worker_pool
 from portability.engine.options import Limits
 from portability.engine.schedule import NoGate
@@ -209,12 +210,12 @@ class _Watch:
     def _over_limit(self, now: float) -> WorkerResult | None:
         lim, phase = self.limits, self.phase.value
         if lim.memory_mb and self.peak > lim.memory_mb:
-            return WorkerResult.failed("crashed", f"killed: used {self.peak:.0f} MB of memory in phase '{phase}', over the {lim.memory_mb:.0f} MB limit")
+            return WorkerResult.failed(Status.CRASHED, f"killed: used {self.peak:.0f} MB of memory in phase '{phase}', over the {lim.memory_mb:.0f} MB limit")
         if self.done_at is None and self.phase in (Phase.START, Phase.CONVERT, Phase.BLOCKED) and now - self.started > lim.convert_timeout_s:
-            return WorkerResult.failed("timeout", f"conversion took longer than {lim.convert_timeout_s:g} s (killed after {now - self.started:.0f} s)")
+            return WorkerResult.failed(Status.TIMEOUT, f"conversion took longer than {lim.convert_timeout_s:g} s (killed after {now - self.started:.0f} s)")
         if self.done_at is None and self.run_started is not None and self.wait_started is None \
                 and now - self.run_started > lim.run_timeout_s:
-            return WorkerResult.failed("timeout", f"no result within {lim.run_timeout_s:g} s of loading (stuck in phase '{phase}', killed)")
+            return WorkerResult.failed(Status.TIMEOUT, f"no result within {lim.run_timeout_s:g} s of loading (stuck in phase '{phase}', killed)")
         return None
 
     def _sampling(self) -> bool:
@@ -273,8 +274,8 @@ def _outcome(job: Job, proc: subprocess.Popen, phase: Phase, log_file: Path) -> 
         error = f"worker died by signal {name} in phase '{phase.value}'" + _said(log_file)
         if -proc.returncode == signal.SIGKILL:
             error += " (SIGKILL: often the kernel's out-of-memory killer)"
-        return WorkerResult.failed("crashed", error)
-    return WorkerResult.failed("crashed", f"worker exited with code {proc.returncode} in phase '{phase.value}' without a result" + _said(log_file))
+        return WorkerResult.failed(Status.CRASHED, error)
+    return WorkerResult.failed(Status.CRASHED, f"worker exited with code {proc.returncode} in phase '{phase.value}' without a result" + _said(log_file))
 
 
 def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phase], None] | None = None,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from portability.core.errors import UsageError
 from portability.core.protocol import WorkerResult
+from portability.core.status import Status
 from portability.core.target import Target
 
 
@@ -50,7 +51,7 @@ def gating(target: Target, rules: list[str], device: str | None = None) -> tuple
 
 
 def skipped(target: Target, rules: list[str]) -> Verdict:
-    return Verdict("skipped", gating(target, rules)[0])
+    return Verdict(Status.SKIPPED, gating(target, rules)[0])
 
 
 def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[str] | None = None) -> Verdict:
@@ -62,10 +63,10 @@ def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[s
     found = list(found or [])
     asked, used = worker.backend_requested, worker.backend_used
     if asked and used and asked != used:
-        return Verdict("fallback", g, (f"asked for {asked}, ran on {used}", *found), tuple(notes))
-    status = "drift" if found else "pass"
-    if status == "drift" and not g:
+        return Verdict(Status.FALLBACK, g, (f"asked for {asked}, ran on {used}", *found), tuple(notes))
+    status = Status.DRIFT if found else Status.PASS
+    if status == Status.DRIFT and not g:
         notes.append(f"{target.id} is a cross-check: its disagreement is reported, it does not fail the run")
-    if status == "drift" and worker.caveat:
+    if status == Status.DRIFT and worker.caveat:
         notes.append(worker.caveat)
     return Verdict(status, g, tuple(found), tuple(notes))

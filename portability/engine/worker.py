@@ -22,6 +22,7 @@ import numpy as np
 
 from portability.core import sandbox
 from portability.core.protocol import ConversionStep, Job, Phase, WorkerResult
+from portability.core.status import Status
 
 
 class _Events:
@@ -156,11 +157,11 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
         p.fields.update(latency=latency, backend_used=runtime.backend_used(), output_quant=runtime.output_quant())
         status, error = "ok", None
     except TargetError as e:
-        status = "convert-error" if p.phase is Phase.CONVERT and e.status == "run-error" else e.status
+        status = Status.CONVERT_ERROR if p.phase is Phase.CONVERT and e.status == Status.RUN_ERROR else e.status
         error = str(e)
         p.fields.update(op=e.op, node=e.node, **({"hint": e.hint} if isinstance(e, Unavailable) else {}))
     except Exception as e:  # an unexpected exception is still this target's failure, in its phase
-        status = {Phase.CONVERT: "convert-error", Phase.LOAD: "load-error"}.get(p.phase, "run-error")
+        status = {Phase.CONVERT: Status.CONVERT_ERROR, Phase.LOAD: Status.LOAD_ERROR}.get(p.phase, Status.RUN_ERROR)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         error = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
         traceback.print_exc()

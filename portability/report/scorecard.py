@@ -9,7 +9,7 @@ import re
 import statistics
 from collections import Counter, defaultdict
 
-FAILING = {"drift", "convert-error", "load-error", "run-error", "fallback", "timeout", "crashed"}
+from portability.core.status import FAILING
 
 
 def _message_key(msg: str) -> str:

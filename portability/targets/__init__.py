@@ -1,9 +1,13 @@
 """The target registry: every target id, grouped by platform, and `--targets` expansion.
 
 Adding a target is one entry in its platform's module (``server.py``, ``web.py``, ``mobile.py``).
+Targets from outside the package (a team's own runtime, the test suite's misbehaving doubles) come from
+plugins: modules named in ``$PORTABILITY_PLUGINS`` (comma-separated, importable from ``sys.path``), imported
+when the registry is first asked for, that call :func:`register`. Nothing is read at import time.
 """
 from __future__ import annotations
 
+import importlib
 import os
 
 from portability.core.errors import UsageError
@@ -11,17 +15,34 @@ from portability.targets.base import Target, load_class
 
 PLATFORMS = ("server", "web", "mobile")
 REFERENCE = "server/ort-cpu"
+#: the environment variable naming the plugin modules
+PLUGINS = "PORTABILITY_PLUGINS"
+
+_registered: dict[str, Target] = {}
+_imported: set[str] = set()
+
+
+def register(*targets: Target) -> None:
+    """Add targets to this process's registry (a plugin module calls this when it is imported)."""
+    for t in targets:
+        _registered[t.id] = t
+
+
+def _plugins() -> None:
+    for name in (n.strip() for n in os.environ.get(PLUGINS, "").split(",")):
+        if name and name not in _imported:
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                raise UsageError(f"${PLUGINS}: cannot import plugin '{name}' ({e})") from None
+            _imported.add(name)
 
 
 def registry() -> dict[str, Target]:
     from portability.targets import mobile, server, web
 
-    modules = [server, web, mobile]
-    if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":
-        from portability.targets import testing
-
-        modules.append(testing)
-    return {t.id: t for m in modules for t in m.TARGETS}
+    _plugins()
+    return {**{t.id: t for m in (server, web, mobile) for t in m.TARGETS}, **_registered}
 
 
 def availability(target: Target):

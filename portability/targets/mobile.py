@@ -1,7 +1,6 @@
 """Mobile targets: LiteRT (TFLite, four precisions), ONNX Runtime Mobile (ORT format), and both on ARM64
 under emulation. Chains are planned from the source (``engine.plan``); from ONNX the TFLite variants
 share one onnx2tf run through the cache, from Keras/SavedModel TensorFlow's own converter makes them."""
-import os
 
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.targets.base import Target
@@ -33,8 +32,3 @@ TARGETS = [
     Target(id="mobile/arm64-ort", runtime="portability.runtimes.arm64:Arm64Ort", run_timeout_s=ARM64_TIMEOUT_S,
            description="ONNX Runtime's aarch64 build on the .ort model, under qemu-aarch64 emulation (latency emulated)"),
 ]
-
-if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":  # the test suite's switch (see targets/testing.py)
-    TARGETS.append(Target(id="test/arm64-crash", runtime="portability.runtimes.testing:Arm64Crash", variant={"quant": "fp32"},
-                          run_timeout_s=ARM64_TIMEOUT_S,
-                          description="LiteRT's aarch64 build whose emulated process is killed on the first inference"))

@@ -5,7 +5,6 @@ GPU backends on a machine without a GPU run on a software adapter (SwiftShader);
 the single-file ONNX snapshot and TF.js / LiteRT.js run what onnx2tf makes of it (SavedModel -> TF.js
 graph model; fp32 ``.tflite``); from Keras or a SavedModel, TensorFlow's own converters make them.
 """
-import os
 
 from portability.targets.base import Target
 
@@ -36,15 +35,3 @@ TARGETS = [
            variant={"quant": "fp32"}, options={"accelerator": "wasm"},
            description="LiteRT.js 2.5 (@litertjs/core), the fp32 .tflite, wasm (XNNPACK) accelerator"),
 ]
-
-if os.environ.get("PORTABILITY_TEST_TARGETS") == "1":  # the test suite's switch (see targets/testing.py)
-    TARGETS.append(Target(
-        id="test/web-fallback", runtime=ORT_WEB,
-        options={"ep": "wasm", "threads": 2, "isolated": False},
-        description="ort-wasm with 2 threads served without cross-origin isolation: ORT silently runs 1 thread",
-    ))
-    TARGETS.append(Target(id="test/web-hang", runtime="portability.runtimes.testing:WebHang",
-                          options={"ep": "wasm", "threads": 1}, run_timeout_s=20,
-                          description="ort-wasm whose page hangs in the first inference"))
-    TARGETS.append(Target(id="test/web-crash", runtime="portability.runtimes.testing:WebCrash",
-                          options={"ep": "wasm", "threads": 1}, description="ort-wasm whose page crashes"))

@@ -1,4 +1,10 @@
-"""Runtimes that misbehave on purpose (the test suite's ``test/*`` targets)."""
+"""Targets and runtimes that misbehave on purpose, for the test suite: they abort, hang, hog memory, add
+noise, report a backend they were not asked for, hang or crash a browser page, kill an emulated process.
+
+Not part of the package: a test run registers them through the plugin hook, ``PORTABILITY_PLUGINS=doubles``
+with this folder on ``PYTHONPATH`` (``conftest.py`` puts it there for every process the tests start), so
+that the CLI, its workers and the zygote all find them; ``registry()`` then holds the ``test/*`` targets.
+"""
 from __future__ import annotations
 
 import os
@@ -8,6 +14,10 @@ import time
 import numpy as np
 
 from portability.runtimes.ort import OrtCpu
+from portability.targets import register
+from portability.targets.base import Target
+
+HERE = __name__
 
 
 class Abort(OrtCpu):
@@ -98,3 +108,30 @@ class Arm64Crash(_arm64_tflite()):
     def infer(self, feeds):
         os.kill(self._reply["pid"], signal.SIGKILL)
         return super().infer(feeds)
+
+
+from portability.targets.mobile import ARM64_TIMEOUT_S  # noqa: E402
+register(
+
+    Target(id="test/abort", runtime=f"{HERE}:Abort",
+           description="aborts its worker (SIGABRT) on the first inference"),
+    Target(id="test/hang", runtime=f"{HERE}:Hang",
+           run_timeout_s=3, description="hangs in the first inference"),
+    Target(id="test/hog", runtime=f"{HERE}:Hog",
+           description="allocates memory until stopped"),
+    Target(id="test/noisy", runtime=f"{HERE}:Noisy",
+           description="ORT CPU plus noise on every output (a wrong model)"),
+    Target(id="test/noisy-twin", runtime=f"{HERE}:Noisy",
+           description="the same noise as test/noisy: two runtimes that agree with each other, not the reference"),
+    Target(id="test/fallback", runtime=f"{HERE}:Fallback",
+           description="asks for one backend, reports another"),
+    Target(id="test/web-fallback", runtime="portability.runtimes.ort_web:OrtWeb",
+           options={"ep": "wasm", "threads": 2, "isolated": False},
+           description="ort-wasm with 2 threads served without cross-origin isolation: ORT silently runs 1 thread"),
+    Target(id="test/web-hang", runtime=f"{HERE}:WebHang", options={"ep": "wasm", "threads": 1}, run_timeout_s=20,
+           description="ort-wasm whose page hangs in the first inference"),
+    Target(id="test/web-crash", runtime=f"{HERE}:WebCrash", options={"ep": "wasm", "threads": 1},
+           description="ort-wasm whose page crashes"),
+    Target(id="test/arm64-crash", runtime=f"{HERE}:Arm64Crash", variant={"quant": "fp32"}, run_timeout_s=ARM64_TIMEOUT_S,
+           description="LiteRT's aarch64 build whose emulated process is killed on the first inference"),
+)
