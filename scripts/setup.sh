@@ -74,8 +74,8 @@ if want arm64 && $PY -c "import portability.mobile.arm64" 2>/dev/null; then
   fi
 fi
 # --- MXNet: its own virtual environment (mxnet 1.9.1 needs numpy 1.26 and onnx 1.18; cache dir) ---
-if want mxnet && $PY -c "import portability.mxnet_env" 2>/dev/null; then
-  if ! $PY -c "import sys, portability.mxnet_env as m; sys.exit(0 if m.status()[0] else 1)"; then
+if want mxnet && $PY -c "import portability.core.mxnet_env" 2>/dev/null; then
+  if ! $PY -c "import sys, portability.core.mxnet_env as m; sys.exit(0 if m.status()[0] else 1)"; then
     say "provisioning MXNet's environment (one time, about a minute)"
     $PY -m portability setup mxnet
   fi

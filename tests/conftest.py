@@ -18,7 +18,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [str(TESTS
 
 
 def _mxnet_venv() -> str:
-    from portability import mxnet_env
+    from portability.core import mxnet_env
 
     return str(mxnet_env.venv_dir())
 

@@ -134,7 +134,7 @@ def test_model_without_inputs(tmp_path):
 
 
 def test_isolated_validation_gives_the_same_answer(tmp_path):
-    from portability.core.model import load_model_isolated
+    from portability.sources.onnx import load_model_isolated
 
     for name in ("lenet.onnx", "int64_ids.onnx", "external/mlp.onnx"):
         assert load_model_isolated(FIXTURES / name) == load_model(FIXTURES / name)

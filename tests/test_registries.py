@@ -15,7 +15,7 @@ PKG = Path(__file__).resolve().parent.parent / "portability"
 TARGETS = registry()
 
 
-SOURCE_FORMATS = ("onnx", "keras", "saved_model", "tflite", "tfjs", "torch")
+SOURCE_FORMATS = ("onnx", "keras", "saved_model", "tflite", "tfjs", "torch", "mxnet")
 
 
 @pytest.mark.parametrize("tid", sorted(TARGETS))
@@ -159,3 +159,40 @@ def test_the_package_ships_no_test_doubles_and_its_registries_read_no_environmen
     bad = subprocess.run([sys.executable, "-m", "portability", "targets"], capture_output=True, text=True,
                          env=dict(os.environ, PORTABILITY_PLUGINS="no_such_plugin"))
     assert bad.returncode == 2 and "cannot import plugin 'no_such_plugin'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _package_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """Subpackages (and top-level modules) -> those they import, counting imports inside functions too."""
+    def node(mod: str) -> str | None:
+        parts = mod.split(".")
+        if parts[0] != "portability" or len(parts) < 2:
+            return None
+        return parts[1] if (PKG / parts[1]).is_dir() else f"portability.{parts[1]}"
+
+    edges: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], list[str]] = {}
+    for p in PKG.rglob("*.py"):
+        rel = p.relative_to(PKG)
+        me = rel.parts[0] if len(rel.parts) > 1 else f"portability.{rel.stem}"
+        for n in ast.walk(ast.parse(p.read_text())):
+            mods = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                ([n.module] if n.module != "portability" else [f"portability.{a.name}" for a in n.names])  \
+                if isinstance(n, ast.ImportFrom) and n.module and n.level == 0 else []
+            for m in mods:
+                t = node(m)
+                if t and t not in (me, "portability.__init__"):
+                    edges.setdefault(me, set()).add(t)
+                    where.setdefault((me, t), []).append(f"{rel}:{n.lineno}")
+    return edges, where
+
+
+def test_the_package_has_no_import_loop_between_its_subpackages():
+    """Each subpackage stands on those below it: core at the bottom, then metrics, sources, converters, the
+    shared web and mobile machinery, runtimes, targets, engine, report, and the commands at the top."""
+    edges, where = _package_graph()
+
+    def reaches(a: str, b: str, seen: set[str]) -> bool:
+        return a == b or any(n not in seen and (seen.add(n) or reaches(n, b, seen)) for n in edges.get(a, ()))
+
+    loops = sorted((a, b, where[(a, b)][0]) for a in edges for b in edges[a] if reaches(b, a, set()))
+    assert not loops, f"import loops (package, package it imports, where): {loops}"

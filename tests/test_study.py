@@ -110,7 +110,7 @@ def test_a_corrupt_model_file_is_a_row_with_its_status(tmp_path, monkeypatch):
 def test_the_quick_study_of_lenet5_in_every_framework(tmp_path, monkeypatch):
     """`portability study --quick -m lenet5`: all three frameworks trained, exported and deployed to the
     quick profile's server, web and mobile targets; tables printed; JSON and Markdown written."""
-    from portability import mxnet_env
+    from portability.core import mxnet_env
     from portability.mobile import arm64
 
     monkeypatch.setenv("PORTABILITY_ARM64_DIR", ARM64_HOME)

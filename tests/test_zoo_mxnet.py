@@ -17,7 +17,7 @@ import pytest
 
 from models import data as study_data
 from models import spec
-from portability import mxnet_env
+from portability.core import mxnet_env
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = 1e-4
@@ -35,7 +35,7 @@ def _require_env() -> None:
 
 
 def test_pins_have_one_source():
-    """requirements/mxnet.txt says what portability.mxnet_env.PINS says (the constant serves installs
+    """requirements/mxnet.txt says what portability.core.mxnet_env.PINS says (the constant serves installs
     without the repository)."""
     assert mxnet_env.requirements() == list(mxnet_env.PINS)
     assert mxnet_env.REQUIREMENTS.is_file()

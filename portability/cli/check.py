@@ -103,7 +103,7 @@ _NOT_SETTINGS = ("model", "json_path", "junit_path", "html_path", "markdown_path
 
 def _settings(f: dict[str, Any]) -> tuple[dict, dict]:
     """(the settings file's table, the flags as a settings layer)."""
-    from portability.core.config import find_config, load_config
+    from portability.engine.config import find_config, load_config
     from portability.core.errors import UsageError
 
     if f["config"] and not f["config"].is_file():
@@ -130,7 +130,7 @@ def _check(f: dict[str, Any]) -> int:
     tol = outputs.tolerances(cfg, f["baseline_latency"], f["max_size_growth"])
     base = outputs.load_baseline(f["baseline"] if f["baseline"] is not None else cfg.get("baseline"))
     _say_sandbox(opts.sandbox, err)
-    info = load_source_isolated(f["model"], sandbox=opts.sandbox)
+    info = load_source_isolated(f["model"], sandbox=opts.sandbox, shapes=opts.shapes)
     outputs.require_comparable(base, info.to_dict())
     if not f["quiet"]:
         shape_s = ", ".join(f"{i.name} {i.dtype}[{','.join('?' if d is None else str(d) for d in i.shape)}]" for i in info.inputs)

@@ -31,7 +31,7 @@ def mxnet(
 ) -> int:
     """Build MXNet's own virtual environment (mxnet 1.9.1, numpy 1.26, onnx 1.18, onnxruntime) in the cache
     dir, where the study trains its MXNet models and exports them to ONNX. Needs python3-venv and PyPI, once."""
-    from portability import mxnet_env
+    from portability.core import mxnet_env
 
     d = mxnet_env.provision(log=lambda m: typer.echo(m, err=True), force=force)
     typer.echo(f"MXNet environment ready: {d}")

@@ -6,7 +6,6 @@ with the same inputs converts nothing. Converters run inside a worker process.
 """
 from __future__ import annotations
 
-import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import package_version  # noqa: F401  (converters import it from here)
 
 
 @dataclass
@@ -118,15 +118,3 @@ def run_tool(cmd: list[str], what: str, timeout_s: float | None, cwd=None, **env
 #: the distributions whose versions name converters (cache keys) and runtimes
 KNOWN_DISTS = ("onnx", "onnx2tf", "tensorflow-cpu", "tensorflow", "tensorflowjs", "tf2onnx", "keras", "torch",
                "onnxscript", "onnxruntime", "ai-edge-litert")
-
-
-@functools.lru_cache(maxsize=None)
-def package_version(dist: str) -> str:
-    """The installed version of ``dist`` or ``"absent"`` (read once per process: the pre-imported worker
-    pool reads the known ones before it forks, so a worker's cache lookups read no package metadata)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "absent"

@@ -11,6 +11,7 @@ CONVERTERS = (
     "portability.converters.snapshots:TfliteFromTflite",
     "portability.converters.snapshots:TfjsFromTfjs",
     "portability.converters.snapshots:TorchFromTorch",
+    "portability.converters.mxnet_onnx:MxnetFromMxnet",
     # ONNX, the hub
     "portability.converters.onnx2tf:SavedModelFromOnnx",
     "portability.converters.ort_format:OrtFromOnnx",
@@ -23,4 +24,5 @@ CONVERTERS = (
     "portability.converters.tf2onnx:OnnxFromSavedModel",
     "portability.converters.torch_onnx:OnnxFromTorch",
     "portability.converters.torch_onnx:OnnxFromTorchScript",
+    "portability.converters.mxnet_onnx:OnnxFromMxnet",
 )

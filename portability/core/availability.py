@@ -1,6 +1,8 @@
 """Whether a runtime or converter can run here, decided by cheap checks (``find_spec``, file tests)."""
 from __future__ import annotations
 
+import functools
+
 import importlib.util
 from dataclasses import dataclass
 
@@ -18,3 +20,16 @@ def modules_present(*modules: str, hint: str) -> Availability:
         if importlib.util.find_spec(m) is None:
             return Availability(False, f"Python package '{m}' is not installed", hint)
     return Availability(True)
+
+
+@functools.lru_cache(maxsize=None)
+def package_version(dist: str) -> str:
+    """The installed version of ``dist`` or ``"absent"`` (read once per process: the pre-imported worker
+    pool reads the known ones before it forks, so a worker's cache lookups read no package metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "absent"
+

@@ -259,14 +259,6 @@ def _first_line(e: Exception) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def load_model_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str | None = None) -> ModelInfo:
-    """``load_model`` in a child process, in the OS sandbox: a crafted file that crashes or hangs onnx's C++
-    checker costs that child, not the run (the answer is then a BadModel, exit 2)."""
-    from portability.sources import _child
-
-    return _child(["-m", "portability.core.model", str(Path(path).absolute())], Path(path), timeout_s, sandbox, "validating")
-
-
 if __name__ == "__main__":
     import json
     import sys

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from portability.converters.base import ConvertContext, Converter
+from portability.core.dirs import default_root  # noqa: F401  (re-exported: the cache's root)
 from portability.core.artifact import META_FILE, Artifact, sha256_files, write_meta
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,6 @@ def _lock(f, on_wait: Callable[[bool], None] | None) -> None:
     fcntl.flock(f, fcntl.LOCK_EX)
     if on_wait:
         on_wait(False)
-
-
-def default_root() -> Path:
-    env = os.environ.get("PORTABILITY_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "portability"
 
 
 def calibration_digest(cal: dict[str, np.ndarray] | None) -> str | None:

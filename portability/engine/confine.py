@@ -17,7 +17,7 @@ def cache_root(cache_dir: Path | None) -> Path:
 
 
 def readable(model_path: Path, workdir: Path, cache_dir: Path | None) -> tuple[str, ...]:
-    from portability import mxnet_env
+    from portability.core import mxnet_env
     from portability.mobile import arm64
     from portability.sources import model_folder
 

@@ -129,7 +129,9 @@ class _Run:
         from portability.core.target import load_class
 
         if target.id not in self._runtimes:
-            self._runtimes[target.id] = load_class(target.runtime).facts(target.options)
+            facts = self._runtimes[target.id] = load_class(target.runtime).facts(target.options)
+            if facts.service and facts.provider:
+                self.services.declare(facts.service, facts.provider)
         return self._runtimes[target.id]
 
     def _lease(self, target: Target):
@@ -335,7 +337,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     (``engine/session.py``): the shared services and the warm worker pool several checks share; they
     outlive this check."""
     progress = progress or _Silent()
-    model = model or load_source_isolated(model_path, sandbox=opts.sandbox)
+    model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
     feeds = prepare_feeds(model, opts)
     targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via)
     verdict.check_gate_rules(targets, opts.gate)

@@ -2,7 +2,8 @@
 (``browser``, ``browser-webgpu``: ``web/service.py``) and the emulated ARM64 interpreter (``arm64``:
 ``mobile/arm64_service.py``).
 
-A runtime names the service it uses (``Runtime.service()``); the check leases it before the target's
+A runtime names the service it uses and declares its provider (``Runtime.service``, ``Runtime.providers``:
+read through ``Runtime.facts``, and ``declare``-d here by the check); the check leases it before the target's
 worker starts and puts its endpoint in the job (``Job.services``). A worker whose target hung or crashed
 gives its lease back as unwell: the service is replaced for the targets after it. A provider is any object
 with ``lease(flavour) -> handle`` (``handle.endpoint``: a string), ``release(handle, unwell)`` and
@@ -12,121 +13,10 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import signal
-import subprocess
 import threading
-import time
-from typing import Any, ClassVar
+from typing import Any
 
 log = logging.getLogger(__name__)
-
-#: service name -> (provider class "module:Class", the flavour its lease asks for)
-PROVIDERS: dict[str, tuple[str, Any]] = {
-    "browser": ("portability.web.service:BrowserService", False),
-    "browser-webgpu": ("portability.web.service:BrowserService", True),
-    "arm64": ("portability.mobile.arm64_service:Arm64Service", None),
-}
-
-
-def stop_group(proc) -> None:
-    """Stop a shared process started in a session of its own with a lifeline on its stdin (it ends when that
-    pipe does): SIGKILL its whole process group, close the lifeline, reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.stdin.close()
-    except OSError:
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-class SharedProcesses:
-    """The bookkeeping every provider shares: one running process per flavour (started on the first lease,
-    thread-safe), counted leases, and retirement — ``release(unwell=True)`` sends later leases to a fresh
-    process, and a retired one stops once no lease holds it. ``close()`` stops all (idempotent).
-
-    Subclasses give ``start(flavour)``: an object with ``endpoint``, ``alive()`` and ``stop()``."""
-
-    #: what the process is, for the log
-    what: ClassVar[str] = "service"
-    #: a failed start is not tried again in this check (the targets do without)
-    remember_failure: ClassVar[bool] = False
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._current: dict[Any, Any] = {}
-        self._users: dict[Any, int] = {}
-        self._retired: set = set()
-        self._failed: str | None = None
-        self._closed = False
-        self.launches = 0
-
-    def start(self, flavour):
-        raise NotImplementedError
-
-    def lease(self, flavour=None):
-        with self._lock:
-            p = self._current.get(flavour)
-            if p is not None and not p.alive():
-                self._retire(p)
-                p = None
-            if p is None:
-                if self._closed:  # a start still asked for (in the background) after the check ended
-                    raise RuntimeError(f"the check is over: no {self.what} starts")
-                if self._failed:
-                    raise RuntimeError(self._failed)
-                t0 = time.monotonic()
-                try:
-                    p = self._current[flavour] = self.start(flavour)
-                except (OSError, RuntimeError) as e:
-                    if self.remember_failure:
-                        self._failed = str(e)
-                    raise
-                self.launches += 1
-                log.info("started the shared %s at %s in %.1f s", self.what, p.endpoint, time.monotonic() - t0)
-            self._users[p] = self._users.get(p, 0) + 1
-            return p
-
-    def running(self, flavour=None) -> bool:
-        """A process of this flavour is up: a lease now is immediate."""
-        with self._lock:
-            p = self._current.get(flavour)
-            return p is not None and p.alive()
-
-    def release(self, p, unwell: bool = False) -> None:
-        """Give a lease back; ``unwell``: its target hung or crashed (retire the process)."""
-        with self._lock:
-            self._users[p] = self._users.get(p, 1) - 1
-            if unwell:
-                self._retire(p)
-            stop = p in self._retired and self._users[p] <= 0
-            if stop:
-                self._retired.discard(p)
-                del self._users[p]
-        if stop:
-            p.stop()
-
-    def _retire(self, p) -> None:
-        for k, v in list(self._current.items()):
-            if v is p:
-                del self._current[k]
-        self._retired.add(p)
-        if self._users.get(p, 0) <= 0:
-            p.stop()
-
-    def close(self) -> None:
-        with self._lock:  # after a start in progress, if any
-            self._closed = True
-            procs = set(self._current.values()) | self._retired | set(self._users)
-            self._current, self._retired, self._users = {}, set(), {}
-        for p in procs:
-            p.stop()
 
 
 class Services:
@@ -137,6 +27,8 @@ class Services:
     def __init__(self, sandbox: dict | None = None):
         self._lock = threading.Lock()
         self._providers: dict[str, Any] = {}
+        #: service name -> (provider class "module:Class", the flavour its lease asks for), as runtimes declare
+        self._known: dict[str, tuple[str, Any]] = {}
         #: the OS sandbox (``core.sandbox.Sandbox.to_dict``: its mode and what it may read) of the services
         #: that read model content (the emulated ARM64 server); each adds the folder it writes
         self.sandbox = dict(sandbox or {})
@@ -150,17 +42,22 @@ class Services:
                 p.sandbox = self.sandbox
             return p
 
+    def declare(self, name: str, provider: tuple[str, Any]) -> None:
+        """A runtime's service: its name and its provider (``("module:Class", flavour)``)."""
+        with self._lock:
+            self._known.setdefault(name, tuple(provider))
+
     def running(self, name: str) -> bool:
         """The service is up (a lease is immediate), not to be started or waited for."""
-        if name not in PROVIDERS:
+        if name not in self._known:
             return False
-        cls_path, flavour = PROVIDERS[name]
+        cls_path, flavour = self._known[name]
         return self._provider(cls_path).running(flavour)
 
     def lease(self, name: str | None) -> tuple[str | None, Any]:
-        if not name or name not in PROVIDERS:
+        if not name or name not in self._known:
             return None, None
-        cls_path, flavour = PROVIDERS[name]
+        cls_path, flavour = self._known[name]
         provider = self._provider(cls_path)
         try:
             handle = provider.lease(flavour)
@@ -176,7 +73,7 @@ class Services:
             endpoint, lease = self.lease(name)
             self.release(lease)
 
-        for name in sorted(n for n in names if n in PROVIDERS):
+        for name in sorted(n for n in names if n in self._known):
             threading.Thread(target=start, args=(name,), name=f"start {name}", daemon=True).start()
 
     @staticmethod

@@ -37,13 +37,16 @@ CPU revision\t: 1
 """
 # an ARM Neoverse-N1 (0xd0c), i.e. a recent phone-class core; one entry per emulated CPU
 
+#: the script the emulated Python runs: the interpreter server ``runtimes/arm64.py`` speaks to
+SERVER = Path(__file__).resolve().parent / "arm64_server.py"
+
 
 def home(root: Path | None = None) -> Path:
     """``<root>/arm64``; root defaults to the cache dir. ``PORTABILITY_ARM64_DIR`` names the folder itself."""
     if root is None and os.environ.get("PORTABILITY_ARM64_DIR"):
         return Path(os.environ["PORTABILITY_ARM64_DIR"])
     if root is None:
-        from portability.engine.cache import default_root
+        from portability.core.dirs import default_root
 
         root = default_root()
     return Path(root) / "arm64"
@@ -130,7 +133,7 @@ def debian_mirror() -> str:
 
 def _pinned(packages: tuple[str, ...]) -> list[str]:
     """The versions this machine runs, so ARM and x86 results come from the same releases."""
-    from portability.converters.base import package_version
+    from portability.core.availability import package_version
 
     return [f"{p}=={package_version(p)}" if package_version(p) != "absent" else p for p in packages]
 

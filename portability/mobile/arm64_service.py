@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from portability.engine.services import SharedProcesses, stop_group
+from portability.core.shared import SharedProcesses, stop_group
 from portability.web.browser import short_tmp
 
 #: how long the emulated server may take to import its runtimes and listen (seconds, under qemu)
@@ -28,7 +28,7 @@ LOG = "server.log"
 class _Emulator:
     def __init__(self, sandbox: dict | None = None):
         from portability.mobile import arm64
-        from portability.runtimes.arm64 import SERVER
+        from portability.mobile.arm64 import SERVER
 
         ok, reason = arm64.status()
         if not ok:

@@ -16,7 +16,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from portability.runtimes.litert import (TfliteMapped, batches, default_threads,
                                          litert_error, quant_details, to_tflite)
 from portability.runtimes.ort import ort_error
 
-SERVER = Path(__file__).resolve().parent.parent / "mobile" / "arm64_server.py"
+from portability.mobile.arm64 import SERVER  # noqa: E402  (the emulated server's script)
 
 
 class _Emulated(Runtime):
@@ -39,6 +39,8 @@ class _Emulated(Runtime):
     sock: socket.socket | None = None
     _endpoint: str | None = None
     _rss_mb: float | None = None
+
+    providers: ClassVar[dict[str, tuple[str, Any]]] = {"arm64": ("portability.mobile.arm64_service:Arm64Service", None)}
 
     @classmethod
     def service(cls, options: dict[str, Any]) -> str | None:

@@ -43,6 +43,8 @@ class Facts:
     contends: str | None
     service: str | None
     network: str
+    #: the service's provider: ``("module:Class", flavour)`` (``engine/services.py`` starts it)
+    provider: tuple[str, Any] | None = None
 
 class Runtime(ABC):
     #: the artifact format it runs ("onnx", "ort", "tflite", "tfjs")
@@ -61,6 +63,10 @@ class Runtime(ABC):
     network: ClassVar[str] = "none"
     #: the packages it runs on (``check --versions`` runs it once more per asked version of one)
     uses: ClassVar[tuple[str, ...]] = ()
+
+    #: the shared services it may use: name -> (provider "module:Class", the flavour its lease asks for);
+    #: ``service(options)`` names the one a target uses, and the check starts it through this provider
+    providers: ClassVar[dict[str, tuple[str, Any]]] = {}
 
     #: the target options it reads; any other is a mistake in a target's definition
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
@@ -111,7 +117,9 @@ class Runtime(ABC):
         """Everything the check asks of a runtime before its worker starts, for these target options."""
         o = dict(options or {})
         cls.check_options(o)
-        return Facts(cost=cls.cost(o), contends=cls.contends(o), service=cls.service(o), network=cls.network)
+        service = cls.service(o)
+        return Facts(cost=cls.cost(o), contends=cls.contends(o), service=service, network=cls.network,
+                     provider=cls.providers.get(service) if service else None)
 
     @classmethod
     def cost(cls, options: dict[str, Any]) -> float:

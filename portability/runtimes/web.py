@@ -63,6 +63,8 @@ class WebRuntime(Runtime):
     served: ClassVar[tuple[str, ...]] = ()
     device = "cpu"
     network: ClassVar[str] = "browser"
+    providers: ClassVar[dict[str, tuple[str, Any]]] = {"browser": ("portability.web.service:BrowserService", False),
+                                                       "browser-webgpu": ("portability.web.service:BrowserService", True)}
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)

@@ -8,6 +8,7 @@ may carry marshalled Python code) are refused here with what to export instead.
 """
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -22,6 +23,7 @@ SOURCES = {
     "tflite": "portability.sources.tflite",
     "tfjs": "portability.sources.tfjs",
     "torch": "portability.sources.torch_export",
+    "mxnet": "portability.sources.mxnet",
 }
 
 #: kind -> the target whose runtime is the source's own (the check's reference)
@@ -32,6 +34,7 @@ REFERENCES = {
     "tflite": "mobile/tflite-fp32",
     "tfjs": "web/tfjs-cpu",
     "torch": "server/torch",
+    "mxnet": "server/mxnet",
 }
 
 _PICKLE_TORCH = ("torch.save checkpoints and TorchScript archives are pickles (loading one runs code): "
@@ -55,18 +58,22 @@ def detect(path: str | os.PathLike) -> str:
         raise BadModel(f"{p.name} is a symbolic link: refused (give the model itself, in its own folder)")
     if not p.exists():
         raise BadModel(f"model file not found: {p}")
+    from portability.sources.mxnet import is_checkpoint
+
     if p.is_dir():
         if (p / "saved_model.pb").is_file():
             return "saved_model"
         if (p / "model.json").is_file():
             return "tfjs"
-        raise BadModel(f"{p} is a folder with neither saved_model.pb (a SavedModel) nor model.json (a TF.js "
-                       "graph model); give a model file or one of those folders")
+        if is_checkpoint(p):
+            return "mxnet"
+        raise BadModel(f"{p} is a folder with neither saved_model.pb (a SavedModel), model.json (a TF.js "
+                       "graph model) nor NAME-symbol.json (an MXNet checkpoint); give a model file or one of those folders")
     suffix = p.suffix.lower()
     if p.name == "saved_model.pb":
         return "saved_model"
     if suffix == ".json":
-        return "tfjs"
+        return "mxnet" if is_checkpoint(p) else "tfjs"
     if suffix in _REFUSED and not (suffix == ".pb" and p.name == "saved_model.pb"):
         raise BadModel(f"{p.name}: {_REFUSED[suffix]}")
     kind = {".keras": "keras", ".tflite": "tflite", ".pt2": "torch"}.get(suffix)
@@ -106,18 +113,25 @@ def model_folder(path: str | os.PathLike) -> Path:
     return p if p.is_dir() else p.parent
 
 
-def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str | None = None):
+def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str | None = None,
+                         shapes: list[str] | None = None):
     """The source at ``path`` described (``ModelInfo``), read in a child process: a crafted file that
     crashes or hangs a framework's loader costs that child, not the run (the answer is a BadModel). The
     child runs in the OS sandbox (``core.sandbox``): it reads the model's folder, writes nothing but its
-    own temporary folder, and has no network."""
+    own temporary folder, and has no network. ``shapes`` (``--shape``): what a source without input shapes
+    (an MXNet checkpoint) needs to describe its inputs and outputs."""
     kind = detect(path)
     argv = ["-m", "portability.core.model"] if kind == "onnx" else ["-m", "portability.sources", kind]
     what = "validating" if kind == "onnx" else "reading"
-    return _child(argv + [str(Path(path).absolute())], Path(path), timeout_s, sandbox, what)
+    reads: tuple[str, ...] = ()
+    if kind == "mxnet":
+        from portability.core import mxnet_env
+
+        argv, reads = argv[:3] + ["--shapes", json.dumps(list(shapes or []))], (str(mxnet_env.venv_dir()),)
+    return _child(argv + [str(Path(path).absolute())], Path(path), timeout_s, sandbox, what, reads)
 
 
-def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: str):
+def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: str, reads: tuple[str, ...] = ()):
     import json
     import shutil
     import signal
@@ -129,7 +143,7 @@ def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: st
     from portability.core.model import ModelInfo
 
     tmp = Path(tempfile.mkdtemp(prefix="portability-load-"))
-    sb = sbx.Sandbox(mode=sandbox or sbx.default_mode(), read=(str(model_folder(path)),), write=(str(tmp),))
+    sb = sbx.Sandbox(mode=sandbox or sbx.default_mode(), read=(str(model_folder(path)), *reads), write=(str(tmp),))
     env = sbx.private_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1"), tmp)
     try:
         p = subprocess.run(sbx.command(sb, [sys.executable] + argv), capture_output=True, text=True,

@@ -9,9 +9,10 @@ from portability.core.errors import BadModel
 from portability.sources import SOURCES, first_line
 
 
-def main(kind: str, path: str) -> None:
+def main(kind: str, path: str, shapes: list[str] | None = None) -> None:
     try:
-        info = importlib.import_module(SOURCES[kind]).load(path)
+        module = importlib.import_module(SOURCES[kind])
+        info = module.load(path, shapes) if shapes is not None else module.load(path)
         print(json.dumps(dict(info.to_dict(), index_bounds=info.index_bounds, format=info.format,
                               framework=info.framework)))
     except BadModel as e:
@@ -21,4 +22,7 @@ def main(kind: str, path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) == 5 and sys.argv[2] == "--shapes":  # KIND --shapes JSON PATH
+        main(sys.argv[1], sys.argv[4], json.loads(sys.argv[3]))
+    else:
+        main(sys.argv[1], sys.argv[2])

@@ -2,6 +2,9 @@
 model's folder), referenced against ONNX Runtime."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from portability.core.model import ModelInfo, load_model
 
 FORMAT = "onnx"
@@ -10,3 +13,11 @@ REFERENCE = "server/ort-cpu"
 
 def load(path) -> ModelInfo:
     return load_model(path)
+
+
+def load_model_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbox: str | None = None) -> ModelInfo:
+    """``load_model`` in a child process, in the OS sandbox: a crafted file that crashes or hangs onnx's C++
+    checker costs that child, not the run (the answer is then a BadModel, exit 2)."""
+    from portability.sources import _child
+
+    return _child(["-m", "portability.core.model", str(Path(path).absolute())], Path(path), timeout_s, sandbox, "validating")

@@ -47,7 +47,7 @@ def spec():
 def python_for(framework: str) -> tuple[list[str] | None, str | None]:
     """(argv prefix of the Python that trains ``framework``, or None and why it cannot run here)."""
     if framework == "mxnet":
-        from portability import mxnet_env
+        from portability.core import mxnet_env
 
         ok, why = mxnet_env.status()
         return ([str(mxnet_env.python())], None) if ok else (None, why)

@@ -45,4 +45,9 @@ TARGETS = [
         runtime="portability.runtimes.torch_eager:TorchEager",
         description="eager PyTorch on the torch.export program (the reference of .pt2 sources)",
     ),
+    Target(
+        id="server/mxnet",
+        runtime="portability.runtimes.mxnet:Mxnet",
+        description="MXNet 1.9 on the legacy checkpoint, in its own environment (the reference of MXNet sources)",
+    ),
 ]

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from portability.engine.services import stop_group
+from portability.core.shared import stop_group
 from portability.web.paths import chromium_path
 
 ARGS = [

@@ -8,7 +8,7 @@ that a killed worker left with a hung page, is replaced for the targets after it
 """
 from __future__ import annotations
 
-from portability.engine.services import SharedProcesses
+from portability.core.shared import SharedProcesses
 from portability.web.chromium import Chromium
 
 

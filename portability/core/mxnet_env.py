@@ -34,7 +34,7 @@ PINS = (
 )
 SETUP_HINT = "portability setup mxnet"
 READY = "portability-ready.json"
-REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements" / "mxnet.txt"
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements" / "mxnet.txt"
 
 #: what every script run in the venv executes before ``import mxnet`` (numpy 1.24 removed ``np.bool``)
 SHIM = "import numpy as np\nif not hasattr(np, 'bool') or np.bool is not bool:\n    np.bool = bool\n"
@@ -53,7 +53,7 @@ def venv_dir() -> Path:
     ``~/.cache/portability``)."""
     if os.environ.get("PORTABILITY_MXNET_VENV"):
         return Path(os.environ["PORTABILITY_MXNET_VENV"])
-    from portability.engine.cache import default_root
+    from portability.core.dirs import default_root
 
     return default_root() / "mxnet-venv"
 

@@ -1,0 +1,13 @@
+"""Where the tool keeps things by default: the artifact cache (converted models, provisioned environments)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def default_root() -> Path:
+    env = os.environ.get("PORTABILITY_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "portability"
