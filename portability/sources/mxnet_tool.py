@@ -20,16 +20,21 @@ import os
 import sys
 import time
 
-# run as a script: its own folder (portability/sources, with an onnx.py) must not shadow the onnx package
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+mx = np = None  # MXNet and its numpy: imported by main(), in MXNet's interpreter only
 
-import numpy as np  # noqa: E402
 
-if np.__dict__.get("bool") is not bool:  # MXNet 1.9 uses np.bool, gone from numpy >= 1.24
-    np.bool = bool
+def _import() -> None:
+    global mx, np
+    # run as a script: its own folder (portability/sources, with an onnx.py) must not shadow the onnx package
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+    import numpy
 
-os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
-import mxnet as mx  # noqa: E402
+    if numpy.__dict__.get("bool") is not bool:  # MXNet 1.9 uses np.bool, gone from numpy >= 1.24
+        numpy.bool = bool
+    os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
+    import mxnet
+
+    mx, np = mxnet, numpy
 
 def _params(path: str) -> dict:
     loaded = mx.nd.load(path)
@@ -139,6 +144,7 @@ def serve(sym_path: str, params_path: str) -> int:
 
 def main(argv: list[str]) -> int:
     cmd, sym_path, params_path, *rest = argv
+    _import()
     try:
         if cmd == "serve":
             return serve(sym_path, params_path)
