@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    from portability.report.scorecard import conformance_markdown
+    from portability.report.scorecard import build, conformance_markdown
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("audit_json", type=Path)
@@ -29,8 +29,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "conformance.md")
     args = ap.parse_args()
     doc = json.loads(args.audit_json.read_text())
-    models, card = doc["models"], doc["scorecard"]
-    conf = card["conformance"]
+    models = doc["models"]
+    conf = build(models)["conformance"]  # recomputed: the page follows this version's table
     versions = sorted({t.get("runtime") for m in models for t in m.get("targets") or [] if t.get("runtime")})
     ref_fail = [(m["name"], m["op"], next((t.get("error") or t["status"] for t in m["targets"] if t["id"] == m.get("reference")), m.get("error")))
                 for m in models if m["status"] == "error" or any(t["id"] == m.get("reference") and t["status"] != "pass" for t in m.get("targets") or [])]
@@ -56,6 +56,7 @@ def main() -> None:
         "ARM64 under qemu), one audit, resumable.",
         "- **Software**: " + "; ".join(v for v in versions if v) + ".",
         "",
+        *_findings(models, conf),
         "A cell is `passed/cases`; a failing cell names the commonest failure. `skipped` cells are targets "
         "that cannot run here (no CUDA GPU) or cases whose reference did not run.",
         "",
@@ -78,6 +79,38 @@ def main() -> None:
     lines += [f"| {s} | {n} |" for s, n in statuses.most_common()]
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out} ({len(conf['ops'])} op types, {len(spec)} spec-drift cells, {len(ref_fail)} cases the reference cannot run)")
+
+
+def _findings(models: list[dict], conf: dict) -> list[str]:
+    """What stands out, counted from the results."""
+    t = conf["targets"]
+    by_status = lambda tid, st: sum(1 for m in models for x in m.get("targets") or [] if x["id"] == tid and x["status"] == st)  # noqa: E731
+    ir = sum(1 for m in models for x in m.get("targets") or [] if x["id"] == m.get("reference") and x["status"] != "pass"
+             and ("IR version" in (x.get("error") or "") or "opset versions" in (x.get("error") or "")))
+    ref = t.get("server/ort-cpu-noopt", {})
+    out = ["## What stands out", ""]
+    if ref:
+        arm = t.get("mobile/arm64-ort", {})
+        out.append(f"- **ONNX Runtime's builds agree with each other and with the spec** on {ref['ops_passing']} of the "
+                   f"{ref['ops']} op types the reference ran (CPU without graph optimizations, wasm, the ORT format); "
+                   f"its ARM64 build under emulation on {arm.get('ops_passing')}.")
+    if "server/tf" in t and "mobile/tflite-fp32" in t:
+        out.append(f"- **The TensorFlow route loses ops at conversion** (onnx2tf, then TensorFlow's converters): "
+                   f"`server/tf` passes {t['server/tf']['ops_passing']}/{t['server/tf']['ops']} op types "
+                   f"({by_status('server/tf', 'convert-error')} convert-errors), TFLite fp32 "
+                   f"{t['mobile/tflite-fp32']['ops_passing']}, TF.js (cpu) {t.get('web/tfjs-cpu', {}).get('ops_passing')}, "
+                   f"LiteRT.js {t.get('web/litert-js', {}).get('ops_passing')}; a failed conversion fails every target "
+                   "behind it at once.")
+    if "web/ort-webgpu" in t:
+        out.append(f"- **WebGPU places many ops on the CPU**: `web/ort-webgpu` is `fallback` on "
+                   f"{by_status('web/ort-webgpu', 'fallback')} op types (onnxruntime-web runs them on its CPU kernels, "
+                   f"which the report calls a fallback); `web/ort-webgl` fails to load {by_status('web/ort-webgl', 'load-error')}.")
+    if ir:
+        out.append(f"- **{ir} cases the reference cannot even load** are stamped with the installed onnx's newest IR "
+                   "version or opset, newer than the installed ONNX Runtime reads: every other target of them is "
+                   "skipped. (A case of an older opset of the same op would run; the corpus takes the one onnx generates.)")
+    out.append("")
+    return out
 
 
 if __name__ == "__main__":

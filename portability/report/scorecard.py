@@ -95,11 +95,13 @@ def conformance(entries: list[dict]) -> dict:
     table = {op: {tid: {"cases": sum(c.values()), "pass": c.get("pass", 0), "cells": dict(sorted(c.items()))}
                   for tid, c in per.items()} for op, per in sorted(ops.items(), key=lambda kv: kv[0].lower())}
     summary = {}
-    for tid in tids:
-        ran = [v[tid] for v in table.values() if v[tid]["cells"].get("skipped", 0) < v[tid]["cases"]]
+    for tid in tids:  # an op counts for a target where one of its cases ran there (not skipped, not unreadable)
+        ran = [v[tid] for v in table.values()
+               if v[tid]["cells"].get("skipped", 0) + v[tid]["cells"].get("error", 0) < v[tid]["cases"]]
         summary[tid] = {"ops": len(ran), "ops_passing": sum(c["pass"] == c["cases"] for c in ran),
                         "cases": sum(c["cases"] for c in ran), "cases_passing": sum(c["pass"] for c in ran)}
-    return {"ops": table, "targets": summary, "cases": len(cases)}
+    return {"ops": table, "targets": summary, "cases": len(cases),
+            "unreadable": sum(e["status"] == "error" for e in cases)}
 
 
 #: latency ratios (new / old p50) into buckets, as run-to-run scorecards report them
