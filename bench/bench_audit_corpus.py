@@ -9,8 +9,9 @@ labelled digits, the dynamic MLP with a shape), the models the study exported (f
 one ONNX conformance case for each of ``--ops`` common op types, with the spec's expected outputs.
 
 1. ``audit MANIFEST`` whole (timed);
-2. ``audit MANIFEST --rerun`` killed (SIGKILL, the whole process group) once half its models finished,
-   then ``audit MANIFEST``: it must check only the unfinished models and give the first run's scorecard;
+2. the audit's state removed, ``audit MANIFEST`` killed (SIGKILL, the whole process group) once half its
+   models finished, then ``audit MANIFEST``: it must keep those, check only the others and give the first
+   run's scorecard;
 3. ``audit MANIFEST --rerun --executor ray --workers N`` on a local Ray instance: the same scorecard.
 
 Scorecards are compared without latency (it varies run to run). Prints the times and the verdicts.
@@ -97,28 +98,40 @@ def main() -> None:
     ap.add_argument("--targets", default="server,web,mobile")
     ap.add_argument("--ops", type=int, default=12)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--skip-whole", type=Path, help="an earlier run's whole-audit JSON (and its state folder beside "
+                    "the manifest is not there: the killed run starts fresh anyway): skip step 1")
+    ap.add_argument("--skip-ray", action="store_true", help="skip step 3")
     args = ap.parse_args()
     d = Path(tempfile.mkdtemp(prefix="audit-corpus-"))
     try:
         spec = manifest(d, args.ops)
         n = spec.read_text().count("[[model]]")
         t = ["--targets", args.targets]
-        whole, p, _ = audit(spec, *t, "--json", str(d / "whole.json"))
-        print(f"{n} models, targets {args.targets}: the whole audit {whole:.0f} s ({whole / n:.1f} s per model)", flush=True)
-        killed_s, _, log = audit(spec, *t, "--rerun", kill_after=n // 2)
+        if args.skip_whole:
+            shutil.copyfile(args.skip_whole, d / "whole.json")
+            (spec.parent / ".portability-audit").mkdir()
+            whole = None
+        else:
+            whole, p, _ = audit(spec, *t, "--json", str(d / "whole.json"))
+            print(f"{n} models, targets {args.targets}: the whole audit {whole:.0f} s ({whole / n:.1f} s per model)", flush=True)
+        shutil.rmtree(spec.parent / ".portability-audit")  # a fresh audit, killed halfway
+        killed_s, _, log = audit(spec, *t, kill_after=n // 2)
         finished = log.count(": passed") + log.count(": failed") + log.count(": error")
         resumed_s, p, err = audit(spec, *t, "--json", str(d / "resumed.json"))
         again, checked = err.count("finished earlier"), err.count("checking")
         same = comparable(d / "whole.json") == comparable(d / "resumed.json")
         print(f"killed after {killed_s:.0f} s with {finished} models finished; the rerun took {resumed_s:.0f} s, kept "
               f"{again} finished results and checked {checked}: scorecard {'the same' if same else 'DIFFERENT'}", flush=True)
-        ray_s, p, _ = audit(spec, *t, "--rerun", "--executor", "ray", "--workers", str(args.workers),
-                            "--json", str(d / "ray.json"))
-        same_ray = comparable(d / "whole.json") == comparable(d / "ray.json")
-        print(f"--executor ray --workers {args.workers}: {ray_s:.0f} s ({ray_s / whole:.2f}x the local audit): scorecard "
-              f"{'the same' if same_ray else 'DIFFERENT'}", flush=True)
+        same_ray = True
+        if not args.skip_ray:
+            ray_s, p, _ = audit(spec, *t, "--rerun", "--executor", "ray", "--workers", str(args.workers),
+                                "--json", str(d / "ray.json"))
+            same_ray = comparable(d / "whole.json") == comparable(d / "ray.json")
+            print(f"--executor ray --workers {args.workers}: {ray_s:.0f} s"
+                  + (f" ({ray_s / whole:.2f}x the local audit)" if whole else "")
+                  + f": scorecard {'the same' if same_ray else 'DIFFERENT'}", flush=True)
         if not (same and same_ray):
-            for name in ("resumed.json", "ray.json"):
+            for name in ("resumed.json", "ray.json") if not args.skip_ray else ("resumed.json",):
                 a, b = comparable(d / "whole.json"), comparable(d / name)
                 diff = [r for r, s in zip(a["rows"], b["rows"]) if r != s]
                 print(f"  {name}: {len(diff)} rows differ, e.g. {diff[:2]}")

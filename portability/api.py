@@ -28,12 +28,11 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
     ``torch.export`` ``.pt2``), or a live ``torch.nn.Module`` (with ``example_inputs``: a tensor or a tuple,
     exported by ``torch.export``) or ``keras.Model`` (saved as ``.keras``).
     ``targets``: platforms or target ids, a comma-separated string or a list (``["web", "mobile/tflite-int8"]``).
-    ``dataset``: an ``.npz`` with inputs ``x`` and integer labels ``y`` (adds accuracy). Other options:
-    ``inputs``, ``shapes`` (``{"x": [1, 3, 224, 224]}``), ``samples``, ``seed``, ``value_range``, ``warmup``,
-    ``runs``, ``thresholds`` (``{"max_abs": 1e-3, "mobile/tflite-fp16": {"max_abs": 5e-3}}``), ``gate``,
-    ``timeout``, ``convert_timeout``, ``memory_limit_mb``, ``time_budget``, ``jobs``, ``cache_dir``,
-    ``use_cache``, ``via`` (a format or converter every chain must pass: ``"onnx"``). ``record_history=True``
-    also records the check in the history database.
+    ``dataset``: an ``.npz`` with inputs ``x`` and integer labels ``y`` (adds accuracy). Other options: every
+    setting of ``check`` by its name (``portability.engine.options.SETTINGS``, listed below), e.g. ``shapes``
+    (``{"x": [1, 3, 224, 224]}``), ``thresholds`` (``{"max_abs": 1e-3, "mobile/tflite-fp16": {"max_abs":
+    5e-3}}``), ``via`` (a format or converter every chain must pass: ``"onnx"``); ``value_range`` is
+    ``input_range`` as a tuple. ``record_history=True`` also records the check in the history database.
 
     Returns the Report (``report.passed``; ``report.targets``); raises ``portability.core.errors.UsageError``
     for a bad model, inputs or options. Never prints."""
@@ -52,3 +51,14 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
         with History() as h:
             h.record(report)
     return report
+
+
+def _document() -> None:
+    """List every setting, with its help, under ``check``'s docstring (the one declaration of them)."""
+    from portability.engine.options import settings
+
+    lines = [f"    ``{s.name}``: {s.help_text()}" for s in settings() if s.name not in ("targets", "dataset")]
+    check.__doc__ = (check.__doc__ or "") + "\n\n    Settings:\n\n" + "\n".join(lines) + "\n"
+
+
+_document()

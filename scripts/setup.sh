@@ -47,6 +47,11 @@ if want pip && [ ! -f "$STAMP_DIR/pip-$pyreq_hash" ]; then
   $PY -m pip install -q --no-deps -e .
   rm -f "$STAMP_DIR"/pip-*; touch "$STAMP_DIR/pip-$pyreq_hash"
 fi
+# another checkout's editable install may have taken the name since: point it back at this one
+if want pip && [ "$(cd / && $PY -c 'import portability, os; print(os.path.dirname(os.path.dirname(portability.__file__)))' 2>/dev/null)" != "$(pwd)" ]; then
+  say "pip install -e . (the package points at another checkout)"
+  $PY -m pip install -q --no-deps -e .
+fi
 
 # --- npm: the web harness's pinned packages ----------------------------------------------------
 if want npm && [ -f platforms/web/package-lock.json ]; then

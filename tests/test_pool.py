@@ -30,12 +30,12 @@ def pool(monkeypatch):
 def _job(tmp_path, runtime: str = ECHO):
     from portability.core.model import load_model
     from portability.core.protocol import Job, save_feeds
-    from portability.engine.options import CheckOptions
+    from portability.engine.options import resolve
     from portability.engine.pipeline import prepare_feeds
     from portability.targets.base import Target
 
     model = load_model(FIXTURES / "mlp.onnx")
-    feeds = prepare_feeds(model, CheckOptions())
+    feeds = prepare_feeds(model, resolve())
     names = tuple(i.name for i in model.inputs)
     save_feeds(feeds.arrays, tmp_path / "feeds.npz", names)
     return Job(target=Target(id="test/" + runtime.rsplit(":", 1)[1].lower(), runtime=runtime), source=model.artifact(),

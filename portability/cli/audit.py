@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
-from portability.cli.options import (DatasetOpt, InputsOpt, JobsOpt, JsonOpt, MarkdownOpt, RunsOpt, SamplesOpt,
-                                     SandboxOpt, ShapeOpt, TargetsOpt)
+from portability.cli.options import JsonOpt, MarkdownOpt, takes_settings
 
 
+@takes_settings("audit")
 def audit(
     spec: Optional[Path] = typer.Argument(None, help="A folder of models (every ONNX, .keras, .pt2, .tflite file and SavedModel or TF.js folder in it) or a TOML manifest (\\[defaults] and \\[\\[model]] path = ..., each with its own check settings). Not with --onnx-conformance.", show_default=False),
-    targets: TargetsOpt = None,
     json_path: JsonOpt = None,
     markdown_path: MarkdownOpt = None,
     html_path: Optional[Path] = typer.Option(None, "--html", help="Write the scorecard as an HTML page here, with each model's own full report beside it (FILE-models/) and linked from its row."),
@@ -24,13 +23,7 @@ def audit(
     address: Optional[str] = typer.Option(None, "--address", help="With --executor ray: the cluster to join (HOST:PORT, ray://..., auto). Default: a local Ray instance for this audit. Models must be readable at the same paths on every node."),
     workers: int = typer.Option(1, "--workers", min=1, help="With --executor ray: how many models are checked at once (one Ray actor each)."),
     rerun: bool = typer.Option(False, "--rerun", help="Check every model again, also those an earlier run of this audit finished."),
-    inputs: InputsOpt = None,
-    dataset: DatasetOpt = None,
-    shape: ShapeOpt = None,
-    samples: SamplesOpt = None,
-    runs: RunsOpt = None,
-    jobs: JobsOpt = None,
-    sandbox: SandboxOpt = None,
+    **flags: Any,
 ) -> int:
     """Check every model of a folder or manifest as `check` would, with the browsers, the emulator and the
     warm workers started once, each model's result kept as it finishes (a rerun resumes), and one scorecard:
@@ -51,8 +44,6 @@ def audit(
         raise UsageError("--address goes with --executor ray")
     old = _baseline(baseline) if baseline else None
     corpus = _corpus(err, spec, onnx_conformance, ops, cases)
-    flags = {"targets": targets, "inputs": inputs, "dataset": dataset, "shapes": shape or None, "samples": samples,
-             "runs": runs, "jobs": jobs, "sandbox": sandbox}
 
     def said(i: int, n: int, item, entry) -> None:
         if entry is None:

@@ -6,11 +6,8 @@ from typing import Any, Optional
 
 import typer
 
-from portability.cli.options import (CacheDirOpt, ConfigOpt, ConvertTimeoutOpt, CosineOpt, DatasetOpt, GateOpt, HtmlOpt,
-                                     InputRangeOpt, InputsOpt, JobsOpt, JsonOpt, JunitOpt, MarkdownOpt, MaxAbsOpt,
-                                     MaxAccuracyDropOpt, MemoryOpt, MinTop1Opt, NoCacheOpt, ProfileOpt, QuietOpt, RobustnessOpt,
-                                     RobustnessSamplesOpt, RunsOpt, SandboxOpt, VersionsOpt,
-                                     SamplesOpt, SeedOpt, ShapeOpt, TargetsOpt, TimeBudgetOpt, TimeoutOpt, ViaOpt, WarmupOpt)
+from portability.cli.options import (REPORTS, ConfigOpt, HtmlOpt, JsonOpt, JunitOpt, MarkdownOpt, ProfileOpt, QuietOpt,
+                                     takes_settings)
 
 
 class _Progress:
@@ -49,82 +46,55 @@ class _Progress:
             self.console.print(f"  [{STYLE.get(r.status, '')}]{r.status:<13}[/] {r.id:<24} {took}", highlight=False)
 
 
+@takes_settings("check")
 def check(
-    model: Path = typer.Argument(..., help="The model: an ONNX file (external data beside it is supported), a Keras 3 .keras file, a SavedModel folder, a .tflite file, a TF.js model.json (or its folder), or a torch.export .pt2 program.", show_default=False),
-    targets: TargetsOpt = None,
-    via: ViaOpt = None,
+    model: Path = typer.Argument(..., help="The model: an ONNX file (external data beside it is supported), a Keras 3 .keras file, a SavedModel folder, a .tflite file, a TF.js model.json (or its folder), a torch.export .pt2 program, or an MXNet NAME-symbol.json (NAME-0000.params beside it).", show_default=False),
     json_path: JsonOpt = None,
     junit_path: JunitOpt = None,
     html_path: HtmlOpt = None,
     markdown_path: MarkdownOpt = None,
-    baseline: Optional[str] = typer.Option(None, "--baseline", help="Compare with a history run id, a JSON report or a --save-outputs file: exit 1 when a gating target regressed (status, outputs, drift, accuracy, size). Outputs are compared with the baseline's own outputs on the same inputs (a run id or an outputs file keeps them)."),
-    save_outputs: Optional[Path] = typer.Option(None, "--save-outputs", help="Write every target's outputs (whole while small, else a seeded sample with statistics and digests) and the report to this .npz, for --baseline FILE elsewhere."),
-    baseline_latency: bool = typer.Option(False, "--baseline-latency", help="With --baseline, a p50 latency slower than the regression tolerance (default 1.5x) is a regression too."),
-    max_size_growth: Optional[float] = typer.Option(None, "--max-size-growth", min=0, help="With --baseline, the largest allowed artifact growth as a fraction (default 0.10)."),
-    no_history: bool = typer.Option(False, "--no-history", help="Do not record this check in the history database."),
-    profile: ProfileOpt = None,
-    inputs: InputsOpt = None,
-    dataset: DatasetOpt = None,
-    shape: ShapeOpt = None,
-    samples: SamplesOpt = None,
-    seed: SeedOpt = None,
-    input_range: InputRangeOpt = None,
-    warmup: WarmupOpt = None,
-    runs: RunsOpt = None,
-    time_budget: TimeBudgetOpt = None,
-    timeout: TimeoutOpt = None,
-    convert_timeout: ConvertTimeoutOpt = None,
-    memory_limit_mb: MemoryOpt = None,
-    max_abs: MaxAbsOpt = None,
-    cosine: CosineOpt = None,
-    min_top1: MinTop1Opt = None,
-    max_accuracy_drop: MaxAccuracyDropOpt = None,
-    robustness: RobustnessOpt = None,
-    robustness_samples: RobustnessSamplesOpt = None,
-    gate: GateOpt = None,
-    no_cache: NoCacheOpt = False,
-    cache_dir: CacheDirOpt = None,
-    jobs: JobsOpt = None,
-    sandbox: SandboxOpt = None,
-    versions: VersionsOpt = None,
+    baseline: Optional[str] = typer.Option(None, "--baseline", rich_help_panel="Comparing with a baseline", help="Compare with a history run id, a JSON report or a --save-outputs file: exit 1 when a gating target regressed (status, outputs, drift, accuracy, size). Outputs are compared with the baseline's own outputs on the same inputs (a run id or an outputs file keeps them)."),
+    save_outputs: Optional[Path] = typer.Option(None, "--save-outputs", rich_help_panel="Comparing with a baseline", help="Write every target's outputs (whole while small, else a seeded sample with statistics and digests) and the report to this .npz, for --baseline FILE elsewhere."),
+    baseline_latency: bool = typer.Option(False, "--baseline-latency", rich_help_panel="Comparing with a baseline", help="With --baseline, a p50 latency slower than the regression tolerance (default 1.5x) is a regression too."),
+    max_size_growth: Optional[float] = typer.Option(None, "--max-size-growth", min=0, rich_help_panel="Comparing with a baseline", help="With --baseline, the largest allowed artifact growth as a fraction (default 0.10)."),
+    no_history: bool = typer.Option(False, "--no-history", rich_help_panel=REPORTS, help="Do not record this check in the history database."),
     config: ConfigOpt = None,
+    profile: ProfileOpt = None,
     quiet: QuietOpt = False,
+    **settings: Any,
 ) -> int:
     """Convert MODEL for each target, run it there, compare with the source's own runtime, and report.
 
     Exit 0 when every gating target passed, 1 when one failed, 2 on a usage error or bad model/input."""
-    return _check(dict(locals()))
+    command = {"model": model, "json_path": json_path, "junit_path": junit_path, "html_path": html_path,
+               "markdown_path": markdown_path, "baseline": baseline, "save_outputs": save_outputs,
+               "baseline_latency": baseline_latency, "max_size_growth": max_size_growth, "no_history": no_history,
+               "config": config, "profile": profile, "quiet": quiet}
+    return _check(command, settings)
 
 
-#: flags that are not check settings (outputs, comparison, settings file, display)
-_NOT_SETTINGS = ("model", "json_path", "junit_path", "html_path", "markdown_path", "baseline", "save_outputs", "baseline_latency",
-                 "max_size_growth", "no_history", "profile", "config", "quiet", "shape", "no_cache")
-
-
-def _settings(f: dict[str, Any]) -> tuple[dict, dict]:
-    """(the settings file's table, the flags as a settings layer)."""
+def _settings(f: dict[str, Any]) -> dict:
+    """The settings file's table (with ``--profile``'s settings over it)."""
     from portability.engine.config import find_config, load_config
     from portability.core.errors import UsageError
 
     if f["config"] and not f["config"].is_file():
         raise UsageError(f"config file not found: {f['config']}")
-    cfg = load_config(f["config"] or find_config(Path.cwd()), f["profile"])
-    flags = {k: v for k, v in f.items() if k not in _NOT_SETTINGS}
-    flags.update(shapes=f["shape"] or None, use_cache=False if f["no_cache"] else None)
-    return cfg, flags
+    return load_config(f["config"] or find_config(Path.cwd()), f["profile"])
 
 
-def _check(f: dict[str, Any]) -> int:
+def _check(f: dict[str, Any], flags: dict[str, Any]) -> int:
     from rich.console import Console
 
     from portability.cli import outputs
     from portability.sources import load_source_isolated
-    from portability.engine.options import DEFAULTS, resolve
+    from portability.engine.config import COMPARE
+    from portability.engine.options import resolve
     from portability.engine.pipeline import check as run_check
 
     err = Console(stderr=True)
-    cfg, flags = _settings(f)
-    opts = resolve({k: v for k, v in cfg.items() if k in DEFAULTS}, flags)
+    cfg = _settings(f)
+    opts = resolve({k: v for k, v in cfg.items() if k not in COMPARE}, flags)
     outputs.require_writable(f["json_path"], f["junit_path"], f["html_path"], f["markdown_path"], f["save_outputs"])
     outputs.require_plotting(f["html_path"])
     tol = outputs.tolerances(cfg, f["baseline_latency"], f["max_size_growth"])

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from portability.cli.options import CacheDirOpt, JobsOpt, QuietOpt
+from portability.cli.options import QuietOpt, takes_settings
 
 
 def _split(v: Optional[str]) -> list[str] | None:
@@ -52,6 +52,7 @@ class _Progress:
         self.console.print(f"  {passed}/{len(row['targets'])} targets pass", highlight=False)
 
 
+@takes_settings("study")
 def study(
     quick: bool = typer.Option(False, "--quick", help="The quick profile: a small training budget (minutes on 2 cores) and each platform's main targets."),
     frameworks: Optional[str] = typer.Option(None, "--frameworks", "-f", help="Source frameworks, comma-separated (default: torch,keras,mxnet)."),
@@ -65,9 +66,9 @@ def study(
     retrain: bool = typer.Option(False, "--retrain", help="Train again even when the model is in the cache."),
     tables_of: Optional[Path] = typer.Option(None, "--tables", help="Run nothing: print the tables of a study's JSON (and write --markdown)."),
     seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
-    cache_dir: CacheDirOpt = None,
-    jobs: JobsOpt = None,
     quiet: QuietOpt = False,
+    cache_dir: Optional[Path] = None,
+    jobs: Optional[int] = None,
 ) -> int:
     """Train the same models in PyTorch, Keras and MXNet, deploy each to server, web and mobile targets
     through check, and compare accuracy, drift, size, latency and failures across frameworks and platforms.

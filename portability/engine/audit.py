@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from portability.core.errors import UsageError
+from portability.engine.options import relative_paths
 
 log = logging.getLogger(__name__)
 
@@ -100,17 +101,15 @@ def items(spec: Path) -> tuple[list[Item], dict, Path]:
     for i, m in enumerate(models):
         if not isinstance(m, dict) or not m.get("path"):
             raise UsageError(f"{spec}: [[model]] number {i + 1} has no path")
-        settings = {k: v for k, v in m.items() if k not in ("path", "expected", "name", "op", "tolerance")}
-        for k in ("inputs", "dataset"):
-            if settings.get(k):
-                settings[k] = str((spec.parent / settings[k]).resolve())
+        settings = relative_paths({k: v for k, v in m.items() if k not in ("path", "expected", "name", "op", "tolerance")},
+                                  spec.parent)
         expected = (spec.parent / m["expected"]).resolve() if m.get("expected") else None
         if expected is not None and not expected.is_file():
             raise UsageError(f"{spec}: [[model]] number {i + 1}: expected = {m['expected']} is not a file")
         tol = m.get("tolerance")
         out.append(Item((spec.parent / m["path"]).resolve(), settings, expected=expected, name=m.get("name"),
                         op=m.get("op"), tolerance=(float(tol[0]), float(tol[1])) if tol else None))
-    return out, dict(doc.get("defaults") or {}), spec.parent
+    return out, relative_paths(dict(doc.get("defaults") or {}), spec.parent), spec.parent
 
 
 class State:

@@ -25,16 +25,18 @@ import tomllib
 from pathlib import Path
 
 from portability.core.errors import UsageError
+from portability.engine.options import relative_paths, settings
 from portability.metrics.thresholds import DEFAULTS
 
-KEYS = {"targets": str, "gate": list, "warmup": int, "runs": int, "samples": int, "seed": int, "jobs": int,
-        "timeout": (int, float), "convert_timeout": (int, float), "memory_limit_mb": (int, float), "thresholds": dict,
-        "time_budget": (int, float), "input_range": str}
-#: comparing with a baseline (report/diff.py); named profiles ([tool.portability.profiles.NAME]) hold these keys too
-KEYS.update({"baseline": (str, int), "regression": dict})
-#: input specs; file paths are relative to the settings file
-KEYS.update({"shapes": list, "dataset": str, "inputs": str})
-PATHS = ("dataset", "inputs", "baseline")
+#: comparing with a baseline (report/diff.py): keys of the ``check`` command, not of a check; named profiles
+#: ([tool.portability.profiles.NAME]) hold these keys too
+COMPARE = {"baseline": (str, int), "regression": dict}
+
+
+def keys() -> dict:
+    """{key: the types it may have} of a settings file: every check setting a file can set (``engine.options``),
+    and the comparison's."""
+    return {s.name: s.file_types for s in settings() if s.file_types} | COMPARE
 
 
 def find_config(start: Path) -> Path | None:
@@ -57,6 +59,7 @@ def load_config(path: Path | None, profile: str | None = None) -> dict:
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise UsageError(f"cannot read config {path}: {e}") from None
     table = data.get("tool", {}).get("portability", {}) if path.name == "pyproject.toml" else data.get("tool", {}).get("portability", data)
+    KEYS = keys()
     profiles = table.pop("profiles", {})
     for name, prof in (profiles.items() if isinstance(profiles, dict) else [("?", None)]):
         bad = [k for k in prof if k not in KEYS] if isinstance(prof, dict) else ["(not a table)"]
@@ -73,7 +76,7 @@ def load_config(path: Path | None, profile: str | None = None) -> dict:
     for key, value in table.items():
         if key not in KEYS:
             raise UsageError(f"{path}: unknown setting '{key}' (known: {', '.join(sorted(KEYS))})")
-        if not isinstance(value, KEYS[key]) or isinstance(value, bool):
+        if not isinstance(value, KEYS[key]) or (isinstance(value, bool) and bool not in KEYS[key]):
             raise UsageError(f"{path}: setting '{key}' has the wrong type ({type(value).__name__})")
     for key, value in table.get("thresholds", {}).items():
         if isinstance(value, dict):
@@ -82,8 +85,8 @@ def load_config(path: Path | None, profile: str | None = None) -> dict:
             bad = [] if key in DEFAULTS and isinstance(value, (int, float)) else [key]
         if bad:
             raise UsageError(f"{path}: unknown threshold '{bad[0]}' (known: {', '.join(DEFAULTS)}; or a target id table)")
-    for key in PATHS:
-        value = table.get(key)
-        if isinstance(value, str) and not value.isdigit():  # a baseline may be a history run id
-            table[key] = str((path.parent / value).resolve())
+    table = relative_paths(table, path.parent)
+    baseline = table.get("baseline")
+    if isinstance(baseline, str) and not baseline.isdigit():  # a baseline may be a history run id
+        table["baseline"] = str((path.parent / baseline).resolve())
     return table

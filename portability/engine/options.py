@@ -1,22 +1,28 @@
-"""A check's options, their defaults (written once, here), and the one function that resolves settings
-(a settings file, then command-line flags or keyword arguments) into them.
+"""A check's settings, declared once, and the one function that resolves them into ``CheckOptions``.
 
-Setting names are the user's: those of ``[tool.portability]``, of the ``check`` flags (``--time-budget``
-is ``time_budget``) and of ``portability.check(**options)``. Light module: no numpy, no heavy import.
+Each ``Setting`` below is one of the user's settings: its name is the ``[tool.portability]`` key, the
+keyword argument of ``portability.check()`` and, dashed, the ``check`` flag (``time_budget``,
+``--time-budget``); it carries its type, its default, its help text (``{default}`` is filled in from the
+default), the commands that take it as a flag, the types a settings file may give, and how its value is
+read into ``CheckOptions``. The command line (``cli/options.py``), settings files (``engine/config.py``),
+audit manifests, the Python API and the help texts all read this list; thresholds come from the metrics
+(``metrics.base.Threshold``). Adding a setting is one entry here, one ``CheckOptions`` field and its use.
+
+Light module: no numpy, no heavy import.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from portability.core.errors import UsageError
 
 
 @dataclass(frozen=True)
 class Limits:
-    convert_timeout_s: float = 900.0
-    run_timeout_s: float = 300.0
+    convert_timeout_s: float
+    run_timeout_s: float
     memory_mb: float | None = None
 
 
@@ -26,63 +32,138 @@ MEMORY_SHARE = 0.8
 
 @dataclass
 class CheckOptions:
-    targets: str = "server"
-    inputs: Path | None = None
-    dataset: Path | None = None
-    shapes: list[str] = field(default_factory=list)
-    samples: int | None = None
-    seed: int = 0
-    value_range: tuple[float, float] = (0.0, 1.0)
-    warmup: int = 10
-    runs: int = 50
+    """A check's settings, resolved and typed (``resolve``); the engine reads only these."""
+
+    targets: str
+    inputs: Path | None
+    dataset: Path | None
+    shapes: list[str]
+    samples: int | None
+    seed: int
+    value_range: tuple[float, float]
+    warmup: int
+    runs: int
     #: seconds a target's latency sampling may take; a slow target gets fewer runs (the report says)
-    time_budget_s: float = 20.0
-    limits: Limits = field(default_factory=Limits)
+    time_budget_s: float
+    limits: Limits
+    #: "+id"/"id" makes a target (or platform) gating, "-id" a cross-check
+    gate: list[str]
+    use_cache: bool
+    cache_dir: Path | None
+    #: targets worked on at once (their timing is always alone: ``engine.schedule``)
+    jobs: int
+    #: a format (``onnx``) or converter (``OnnxFromTorchScript``) every planned chain must pass through
+    via: str | None
+    #: the robustness pass: perturbed (and, for a differentiable source, adversarial) inputs on every target
+    robustness: bool
+    #: the first rows of the inputs it perturbs
+    robustness_samples: int
+    #: the OS sandbox of every process that reads or runs the model: auto, require, off (``core.sandbox``)
+    sandbox: str
+    #: {package: [versions]}: the targets using a package run once more per version (``engine.versions``)
+    versions: dict
     #: global threshold overrides, then per-target ones ({target id: {name: bound}}) — user settings
     thresholds: dict = field(default_factory=dict)
     target_thresholds: dict = field(default_factory=dict)
-    #: "+id"/"id" makes a target (or platform) gating, "-id" a cross-check
-    gate: list[str] = field(default_factory=list)
     #: the user set the run time limit: it then applies also to targets with a limit of their own
     timeout_explicit: bool = False
-    use_cache: bool = True
-    cache_dir: Path | None = None
-    #: targets worked on at once (their timing is always alone: ``engine.schedule``)
-    jobs: int = field(default_factory=lambda: default_jobs())
-    #: a format (``onnx``) or converter (``OnnxFromTorchScript``) every planned chain must pass through
-    via: str | None = None
-    #: the robustness pass: perturbed (and, for a differentiable source, adversarial) inputs on every target
-    robustness: bool = False
-    #: the first rows of the inputs it perturbs
-    robustness_samples: int = 64
-    #: the OS sandbox of every process that reads or runs the model: auto, require, off (``core.sandbox``)
-    sandbox: str = "auto"
-    #: {package: [versions]}: the targets using a package run once more per version (``engine.versions``)
-    versions: dict = field(default_factory=dict)
 
 
-def default_jobs() -> int:
-    import os
+#: the help sections settings are listed under (``check --help``)
+WHAT, INPUTS, RUNNING, THRESHOLDS = "What to check", "Inputs", "Running", "Thresholds"
 
-    return max(1, os.cpu_count() or 1)
-
-
-_D = CheckOptions()
-_L = Limits()
-#: every setting a check takes, with its default (None: computed, or not set)
-DEFAULTS: dict[str, Any] = {
-    "targets": _D.targets, "inputs": None, "dataset": None, "shapes": [], "samples": None, "seed": _D.seed,
-    "input_range": _D.value_range, "warmup": _D.warmup, "runs": _D.runs, "time_budget": _D.time_budget_s,
-    "timeout": _L.run_timeout_s, "convert_timeout": _L.convert_timeout_s, "memory_limit_mb": None,
-    "thresholds": {}, "gate": [], "use_cache": _D.use_cache, "cache_dir": None, "jobs": _D.jobs,
-    "via": None, "robustness": _D.robustness, "robustness_samples": _D.robustness_samples,
-    "sandbox": _D.sandbox, "versions": None,
-}
-#: flag names that set a threshold, and the threshold they set
-THRESHOLD_FLAGS = {"max_abs": "max_abs", "cosine": "cosine", "min_top1": "top1_agreement", "max_accuracy_drop": "accuracy_drop"}
+#: how a settings file may give a value of each flag type
+_FILE_TYPES: dict[Any, tuple] = {str: (str,), int: (int,), float: (int, float), Path: (str,), list: (list,),
+                                 bool: (bool,), dict: (dict,)}
 
 
-def _range(v: Any) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Setting:
+    """One user setting (see the module's docstring)."""
+
+    name: str
+    #: the flag's value type: str, int, float, bool, Path, list (a repeatable string flag), dict (no flag)
+    type: Any
+    #: None: not set (or computed where it is read)
+    default: Any
+    help: str
+    group: str
+    #: the CheckOptions field it sets (``limits.run_timeout_s``: a field of its Limits); default: its name
+    into: str | None = None
+    #: value -> the field's value (a UsageError for a bad one); default: as given
+    parse: Callable[[Any, "Setting"], Any] | None = None
+    #: the flag's declarations when not ``--name`` (``--robustness/--no-robustness``); "" for no flag
+    flag: str | None = None
+    short: str | None = None
+    min: float | None = None
+    #: the commands that take it as a flag
+    commands: tuple[str, ...] = ("check",)
+    #: the types a settings file or manifest may give (default: from ``type``); () where it cannot be set there
+    file: tuple | None = None
+    #: a file path, relative to the settings file or manifest that gives it
+    path: bool = False
+    #: a flag that turns the setting off (``--no-cache`` sets ``use_cache`` False)
+    negate: bool = False
+    #: the threshold (``metrics``) this flag sets
+    threshold: str | None = None
+    #: how the default reads in the help text, where it is not the default itself
+    shown: str | None = None
+
+    @property
+    def decls(self) -> tuple[str, ...]:
+        if self.flag == "":
+            return ()
+        first = self.flag or "--" + self.name.replace("_", "-")
+        return (first, self.short) if self.short else (first,)
+
+    @property
+    def option(self) -> str:
+        """The flag as messages name it (``--input-range``), or the setting's name where it has no flag."""
+        return self.decls[0].split("/")[0] if self.decls else self.name
+
+    @property
+    def file_types(self) -> tuple:
+        return self.file if self.file is not None else _FILE_TYPES.get(self.type, ())
+
+    def help_text(self) -> str:
+        if self.shown is not None:
+            shown = self.shown
+        elif isinstance(self.default, float):
+            shown = f"{self.default:g}"
+        elif isinstance(self.default, tuple):
+            shown = ",".join(f"{x:g}" for x in self.default)
+        else:
+            shown = str(self.default)
+        return self.help.format(default=shown)
+
+    def read(self, value: Any) -> Any:
+        return self.parse(value, self) if self.parse else value
+
+
+def _path(v: Any, s: Setting) -> Path | None:
+    return Path(v) if v is not None else None
+
+
+def _number(kind: type) -> Callable[[Any, Setting], Any]:
+    def read(v: Any, s: Setting) -> Any:
+        if v is None:
+            return None
+        try:
+            n = kind(v)
+        except (TypeError, ValueError):
+            raise UsageError(f"{s.option} must be a {'whole ' if kind is int else ''}number, got {v!r}") from None
+        if s.min is not None and n < s.min:
+            raise UsageError(f"{s.option} must be at least {s.min:g}, got {n:g}")
+        return n
+
+    return read
+
+
+def _targets(v: Any, s: Setting) -> str:
+    return v if isinstance(v, str) else ",".join(v)
+
+
+def _range(v: Any, s: Setting) -> tuple[float, float]:
     if isinstance(v, str):
         try:
             lo, hi = (float(x) for x in v.split(","))
@@ -95,16 +176,163 @@ def _range(v: Any) -> tuple[float, float]:
     return lo, hi
 
 
+def _gate(value: Any, s: Setting) -> list[str]:
+    items = [value] if isinstance(value, str) else list(value or [])
+    return [g.strip() for item in items for g in str(item).split(",") if g.strip()]
+
+
+def _memory(mb: Any, s: Setting) -> float:
+    if mb is None:
+        import psutil
+
+        return psutil.virtual_memory().total / 2**20 * MEMORY_SHARE
+    if float(mb) <= 0:
+        raise UsageError("--memory-limit-mb must be positive")
+    return float(mb)
+
+
+def _jobs(v: Any, s: Setting) -> int:
+    return _number(int)(v, s) if v is not None else default_jobs()
+
+
+def _versions(v: Any, s: Setting) -> dict:
+    """``["onnxruntime=1.20.1,1.31.1"]`` (flags) or ``{"onnxruntime": ["1.20.1"]}`` (a settings file)."""
+    from portability.engine.versions import parse
+
+    if isinstance(v, dict):
+        v = [f"{k}={','.join(x) if isinstance(x, (list, tuple)) else x}" for k, x in v.items()]
+    return parse([v] if isinstance(v, str) else list(v or []))
+
+
+def _sandbox(v: Any, s: Setting) -> str:
+    from portability.core.sandbox import MODES, default_mode
+
+    v = default_mode() if v is None else v
+    if str(v) not in MODES:
+        raise UsageError(f"--sandbox must be one of {', '.join(MODES)}, got '{v}'")
+    return str(v)
+
+
+def _shapes(v: Any, s: Setting) -> list[str]:
+    """``["x=1x3x224x224"]`` or ``{"x": [1, 3, 224, 224]}`` -> the ``--shape`` strings."""
+    if isinstance(v, dict):
+        return [f"{k}={'x'.join(str(int(d)) for d in dims)}" for k, dims in v.items()]
+    return list(v or [])
+
+
+def default_jobs() -> int:
+    import os
+
+    return max(1, os.cpu_count() or 1)
+
+
+_AUDIT = ("check", "audit")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("targets", str, "server", "Comma-separated platforms (server, web, mobile, all) or exact target ids "
+            "(web/ort-wasm). Default: {default}. The reference server/ort-cpu always runs.", WHAT, parse=_targets,
+            short="-t", commands=_AUDIT, file=(str, list)),
+    Setting("via", str, None, "Route every target's conversion through this format (onnx, saved_model...) or "
+            "converter (OnnxFromTorchScript): compare with the native routes of a run without it.", WHAT,
+            parse=lambda v, s: str(v) if v else None),
+    Setting("gate", list, None, "Make targets/platforms gating (ID) or cross-checks (-ID); comma-separated, "
+            "repeatable.", WHAT, parse=_gate, file=(list, str)),
+    Setting("versions", list, None, "PACKAGE=V1,V2 (repeatable): run the targets that use PACKAGE once more per "
+            "version, each in an environment of its own built once in the cache, as TARGET@VERSION cross-checks, "
+            "with a versions x targets table. Packages: onnxruntime, onnxruntime-web, tensorflow, ai-edge-litert, "
+            "onnx2tf, tensorflowjs, @tensorflow/tfjs.", WHAT, parse=_versions, file=(list, dict)),
+    Setting("robustness", bool, False, "Also run seeded perturbed inputs (noise, brightness/contrast, id "
+            "substitutions) and, for a .pt2/.keras source, FGSM/PGD examples on every target: accuracy and flip "
+            "rate against the reference per level.", WHAT, parse=lambda v, s: bool(v),
+            flag="--robustness/--no-robustness"),
+    Setting("robustness_samples", int, 64, "How many of the first input rows the robustness pass perturbs "
+            "(default {default}).", WHAT, parse=_number(int), min=1),
+    Setting("inputs", Path, None, ".npz with one array per model input (one batch, or a stack of batches).",
+            INPUTS, parse=_path, commands=_AUDIT, path=True),
+    Setting("dataset", Path, None, ".npz with 'x' (or one array per input) and integer labels 'y': adds task "
+            "accuracy.", INPUTS, parse=_path, commands=_AUDIT, path=True),
+    Setting("shapes", list, None, "Fix dynamic dims: NAME=1x3x224x224 (repeatable). Default: leading dim 1, others "
+            "32, with a warning. The converters get them too.", INPUTS, parse=_shapes, flag="--shape",
+            commands=_AUDIT, file=(list, dict)),
+    Setting("samples", int, None, "Synthesized batches (default 8), or the most dataset samples to use (default "
+            "all).", INPUTS, parse=_number(int), min=1, commands=_AUDIT),
+    Setting("seed", int, 0, "Seed of synthesized inputs (default {default}).", INPUTS, parse=_number(int)),
+    Setting("input_range", str, (0.0, 1.0), "LOW,HIGH of synthesized float inputs (default {default}).", INPUTS,
+            into="value_range", parse=_range, file=(str, list)),
+    Setting("warmup", int, 10, "Untimed runs before timing (default {default}).", RUNNING, parse=_number(int), min=0),
+    Setting("runs", int, 50, "Timed runs for latency percentiles (default {default}; 0 skips timing).", RUNNING,
+            parse=_number(int), min=0, commands=_AUDIT),
+    Setting("time_budget", float, 20.0, "Seconds a target's latency sampling may take (default {default}): a slow "
+            "target gets fewer runs (at least 5), and the report says how many.", RUNNING, into="time_budget_s",
+            parse=_number(float), min=0),
+    Setting("timeout", float, 300.0, "Seconds a target may take from loading to its last timed run (default "
+            "{default}).", RUNNING, into="limits.run_timeout_s", parse=_number(float), min=1),
+    Setting("convert_timeout", float, 900.0, "Seconds a target's conversions may take (default {default}).",
+            RUNNING, into="limits.convert_timeout_s", parse=_number(float), min=1),
+    Setting("memory_limit_mb", float, None, "Kill a target whose processes use more memory (default: "
+            "{default}).", RUNNING, into="limits.memory_mb", parse=_memory, shown=f"{MEMORY_SHARE:.0%} of RAM"),
+    Setting("jobs", int, None, "Targets converted, loaded and run at once after the reference (default: "
+            "{default}). Latency is always sampled with nothing else running.", RUNNING, parse=_jobs, short="-j",
+            min=1, commands=_AUDIT + ("study",), shown="the number of cores"),
+    Setting("use_cache", bool, True, "Convert afresh and keep nothing in the artifact cache.", RUNNING,
+            parse=lambda v, s: bool(v), flag="--no-cache", negate=True),
+    Setting("cache_dir", Path, None, "Artifact cache (default {default}).", RUNNING, parse=_path,
+            commands=("check", "study"), path=True, shown="$PORTABILITY_CACHE_DIR or ~/.cache/portability"),
+    Setting("sandbox", str, None, "The OS sandbox of every process that reads or runs the model (no network, the "
+            "model's folder read-only, writes only to its own work folder): auto (where the kernel can; says once "
+            "where it cannot), require (an error where it cannot), off. Default: $PORTABILITY_SANDBOX, else "
+            "{default}.", RUNNING, parse=_sandbox, commands=_AUDIT, shown="auto"),
+    Setting("thresholds", dict, None, "Bounds by name, and tables of them per target id.", THRESHOLDS, flag=""),
+)
+
+
+def _threshold_settings() -> tuple[Setting, ...]:
+    """A flag for each threshold a metric gives one (``--max-abs``: the setting ``max_abs``)."""
+    from portability.metrics import threshold_flags
+
+    out = []
+    for name, t in threshold_flags().items():
+        out.append(Setting(t.flag.lstrip("-").replace("-", "_"), float, t.default, f"Threshold: {t.help} "
+                           "(default {default}).", THRESHOLDS, flag=t.flag, file=(), threshold=name,
+                           shown=f"{t.default:g}"))
+    return tuple(out)
+
+
+_ALL: tuple[Setting, ...] | None = None
+
+
+def settings() -> tuple[Setting, ...]:
+    """Every setting: those declared here, then the metrics' threshold flags."""
+    global _ALL
+    if _ALL is None:
+        _ALL = SETTINGS + _threshold_settings()
+    return _ALL
+
+
+def setting(name: str) -> Setting:
+    return next(s for s in settings() if s.name == name)
+
+
+def relative_paths(table: dict, base: Path) -> dict:
+    """``table`` with its path settings made absolute against ``base`` (a settings file's or manifest's folder)."""
+    out = dict(table)
+    for s in settings():
+        if s.path and isinstance(out.get(s.name), str):
+            out[s.name] = str((base / out[s.name]).resolve())
+    return out
+
+
 def _thresholds(layers: list[dict]) -> tuple[dict, dict]:
     """(global, per target): later layers win; a global bound set later overrides the same bound in
     earlier per-target tables. Every name is checked against the metrics' thresholds."""
     from portability.metrics.thresholds import DEFAULTS as KNOWN
 
+    flags = {s.name: s.threshold for s in settings() if s.threshold}
     glob: dict = {}
     per: dict = {}
     for layer in layers:
         table = dict(layer.get("thresholds") or {})
-        table.update({THRESHOLD_FLAGS[k]: layer[k] for k in THRESHOLD_FLAGS if layer.get(k) is not None})
+        table.update({flags[k]: layer[k] for k in flags if layer.get(k) is not None})
         for k, v in table.items():
             if isinstance(v, dict):
                 per.setdefault(k, {}).update(v)
@@ -118,81 +346,29 @@ def _thresholds(layers: list[dict]) -> tuple[dict, dict]:
     return glob, per
 
 
-def _gate(value: Any) -> list[str]:
-    items = [value] if isinstance(value, str) else list(value or [])
-    return [g.strip() for item in items for g in str(item).split(",") if g.strip()]
-
-
-def _memory(mb: float | None) -> float:
-    if mb is None:
-        import psutil
-
-        return psutil.virtual_memory().total / 2**20 * MEMORY_SHARE
-    if mb <= 0:
-        raise UsageError("--memory-limit-mb must be positive")
-    return float(mb)
-
-
 def resolve(*layers: dict[str, Any]) -> CheckOptions:
     """CheckOptions from settings layers, lowest first (a settings file, then flags or keyword arguments):
     in each layer a value of None is "not given". Unknown names are a UsageError naming the known ones."""
-    known = set(DEFAULTS) | set(THRESHOLD_FLAGS)
+    known = {s.name for s in settings()}
     for layer in layers:
         bad = sorted(k for k, v in layer.items() if k not in known and v is not None)
         if bad:
             raise UsageError(f"unknown option '{bad[0]}' (known: {', '.join(sorted(known))})")
-    from portability.core.sandbox import default_mode
-
-    s = dict(DEFAULTS, sandbox=default_mode())
-    for layer in layers:
-        s.update({k: v for k, v in layer.items() if k in DEFAULTS and v is not None and k != "thresholds"})
+    fields: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    for s in settings():
+        if s.threshold or s.name == "thresholds":
+            continue
+        value = next((layer[s.name] for layer in reversed(layers) if layer.get(s.name) is not None), s.default)
+        into = s.into or s.name
+        if into.startswith("limits."):
+            limits[into.removeprefix("limits.")] = s.read(value)
+        else:
+            fields[into] = s.read(value)
     glob, per = _thresholds(list(layers))
-    path = lambda v: Path(v) if v is not None else None  # noqa: E731
-    limits = Limits(convert_timeout_s=float(s["convert_timeout"]), run_timeout_s=float(s["timeout"]),
-                    memory_mb=_memory(s["memory_limit_mb"]))
-    return CheckOptions(
-        targets=s["targets"] if isinstance(s["targets"], str) else ",".join(s["targets"]),
-        inputs=path(s["inputs"]), dataset=path(s["dataset"]), shapes=_shapes(s["shapes"]), samples=s["samples"],
-        seed=int(s["seed"]), value_range=_range(s["input_range"]), warmup=int(s["warmup"]), runs=int(s["runs"]),
-        time_budget_s=float(s["time_budget"]), limits=limits, thresholds=glob, target_thresholds=per,
-        gate=_gate(s["gate"]), timeout_explicit=any(layer.get("timeout") is not None for layer in layers),
-        use_cache=bool(s["use_cache"]), cache_dir=path(s["cache_dir"]), jobs=int(s["jobs"]),
-        via=str(s["via"]) if s["via"] else None, robustness=bool(s["robustness"]),
-        robustness_samples=_positive(s["robustness_samples"], "--robustness-samples"), sandbox=_sandbox(s["sandbox"]), versions=_versions(s["versions"]))
+    return CheckOptions(**fields, limits=Limits(**limits), thresholds=glob, target_thresholds=per,
+                        timeout_explicit=any(layer.get("timeout") is not None for layer in layers))
 
 
-def _versions(v: Any) -> dict:
-    """``["onnxruntime=1.20.1,1.31.1"]`` (flags) or ``{"onnxruntime": ["1.20.1"]}`` (a settings file)."""
-    from portability.engine.versions import parse
-
-    if isinstance(v, dict):
-        v = [f"{k}={','.join(x) if isinstance(x, (list, tuple)) else x}" for k, x in v.items()]
-    return parse([v] if isinstance(v, str) else list(v or []))
-
-
-def _sandbox(v: Any) -> str:
-    from portability.core.sandbox import MODES
-
-    if str(v) not in MODES:
-        raise UsageError(f"--sandbox must be one of {', '.join(MODES)}, got '{v}'")
-    return str(v)
-
-
-def _positive(v: Any, flag: str) -> int:
-    try:
-        n = int(v)
-    except (TypeError, ValueError):
-        raise UsageError(f"{flag} must be a whole number, got {v!r}") from None
-    if n < 1:
-        raise UsageError(f"{flag} must be at least 1, got {n}")
-    return n
-
-
-def _shapes(v: Any) -> list[str]:
-    """``["x=1x3x224x224"]`` or ``{"x": [1, 3, 224, 224]}`` -> the ``--shape`` strings."""
-    if isinstance(v, dict):
-        return [f"{k}={'x'.join(str(int(d)) for d in dims)}" for k, dims in v.items()]
-    return list(v or [])
-
-
-__all__ = ["CheckOptions", "Limits", "DEFAULTS", "THRESHOLD_FLAGS", "resolve", "MEMORY_SHARE"]
+__all__ = ["CheckOptions", "Limits", "Setting", "SETTINGS", "settings", "setting", "resolve", "relative_paths",
+           "MEMORY_SHARE"]

@@ -22,7 +22,12 @@ def empty() -> dict:
 
 
 def default_thresholds() -> dict[str, float | None]:
-    return {k: v for m in METRICS for k, v in m.THRESHOLDS.items()}
+    return {k: t.default for m in METRICS for k, t in m.THRESHOLDS.items()}
+
+
+def threshold_flags() -> dict:
+    """{threshold name: its ``Threshold``} of every bound a command-line flag sets."""
+    return {k: t for m in METRICS for k, t in m.THRESHOLDS.items() if t.flag}
 
 
 def evaluate(ev) -> tuple[dict, list[str]]:

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from portability.metrics.base import Threshold
 from portability.metrics.drift import looks_like_scores, top1
 
 FIELDS = {"accuracy": None, "accuracy_delta": None}
-THRESHOLDS: dict[str, float | None] = {
-    "accuracy_drop": 0.01,  # largest allowed fall in task accuracy (labelled data only)
+THRESHOLDS = {
+    "accuracy_drop": Threshold(0.01, "--max-accuracy-drop", "largest accuracy fall with --dataset"),
 }
 
 

@@ -1,8 +1,9 @@
 """What a metric sees: one target's outputs and run, next to the reference's (``Evaluation``).
 
 Every metric module has ``FIELDS`` (the report metrics it owns, with their empty values), ``THRESHOLDS``
-(its default bounds, ``None`` = not checked), ``compute(ev) -> (fields, problems)`` and
-``breaches(metrics, thresholds) -> [reasons]``; ``portability.metrics.METRICS`` lists them.
+(its bounds: ``Threshold`` — the default, ``None`` = not checked, and the command-line flag with its help
+where it has one; the settings file's key is the name in ``[thresholds]``), ``compute(ev) -> (fields,
+problems)`` and ``breaches(metrics, thresholds) -> [reasons]``; ``portability.metrics.METRICS`` lists them.
 """
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ from typing import Any
 import numpy as np
 
 from portability.core.protocol import WorkerResult
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One bound a metric checks: its default (None: not checked unless set) and, where a flag sets it,
+    the flag's name (``--max-abs``: the setting ``max_abs`` of ``check``, ``portability.check()`` and
+    ``[tool.portability]``) and what it bounds (the help text; the default is added to it)."""
+
+    default: float | None
+    flag: str | None = None
+    help: str = ""
 
 
 @dataclass(frozen=True)

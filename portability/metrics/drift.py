@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from portability.metrics.base import Threshold
+
 FIELDS = {"outputs": {}, "top1_agreement": None}
-THRESHOLDS: dict[str, float | None] = {
-    "max_abs": 1e-4,  # worst absolute difference on any output element
-    "max_abs_steps": None,  # the same in quantization steps of the output (quantized targets only)
-    "cosine": 0.9999,  # lowest cosine similarity of any output with the reference
-    "top1_agreement": 1.0,  # share of rows whose arg-max class matches the reference's
+THRESHOLDS = {
+    "max_abs": Threshold(1e-4, "--max-abs", "largest absolute output difference"),
+    #: the same in quantization steps of the output (quantized targets only)
+    "max_abs_steps": Threshold(None),
+    "cosine": Threshold(0.9999, "--cosine", "lowest cosine similarity per output"),
+    "top1_agreement": Threshold(1.0, "--min-top1", "lowest top-1 agreement, the share of rows whose arg-max class matches the reference's"),
 }
 
 

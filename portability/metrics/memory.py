@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 FIELDS = {"peak_rss_mb": None}
-THRESHOLDS: dict[str, float | None] = {}
+THRESHOLDS: dict = {}
 
 
 def compute(ev) -> tuple[dict, list[str]]:

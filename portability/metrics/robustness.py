@@ -17,7 +17,7 @@ import numpy as np
 from portability.metrics.drift import top1
 
 FIELDS = {"robustness": None}
-THRESHOLDS: dict[str, float | None] = {}
+THRESHOLDS: dict = {}
 ADVERSARIAL = ("fgsm", "pgd")
 
 
