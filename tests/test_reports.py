@@ -283,3 +283,30 @@ def test_latency_and_size_only_beyond_their_bounds():
     assert diff(base, report(1.0, 1500, 1e-6), Tolerances(size_growth=0.6)).changes == ()
     drifted = diff(base, report(1.0, 1000, 5e-5))
     assert [(c.metric, c.regression) for c in drifted.changes] == [("max_abs[y]", True)]
+
+
+def test_diff_asks_every_registered_metric_what_moved(monkeypatch):
+    """A metric owns its regression rule and its tolerance: diff and --baseline iterate the registry."""
+    import types
+
+    import portability.metrics as metrics
+    from portability.metrics.base import Moved
+    from portability.report.diff import diff
+    from portability.report.schema import Report, TargetResult
+
+    def moved(a, b, thresholds, tol):
+        x, y = a.get("energy_mj"), b.get("energy_mj")
+        return [Moved("latency", "energy_mj", x, y, y > x * 1.5, f"energy {x} → {y} mJ")] if x and y and x != y else []
+
+    extra = types.SimpleNamespace(FIELDS={"energy_mj": None}, THRESHOLDS={}, TOLERANCES={}, regressions=moved,
+                                  compute=lambda ev: ({}, []), breaches=lambda m, t: [])
+    monkeypatch.setattr(metrics, "METRICS", metrics.METRICS + (extra,))
+
+    def report(mj: float) -> Report:
+        t = TargetResult(id="web/ort-wasm", platform="web", status="pass", gating=True, metrics={"energy_mj": mj})
+        return Report(tool={}, created_at="", environment={}, model={"inputs": [], "outputs": []}, inputs={},
+                      reference="server/ort-cpu", targets=(t,), passed=True)
+
+    d = diff(report(2.0), report(4.0))
+    assert [(c.metric, c.regression, c.text) for c in d.changes] == [("energy_mj", True, "energy 2.0 → 4.0 mJ")]
+    assert diff(report(2.0), report(2.0)).changes == ()

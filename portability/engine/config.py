@@ -13,7 +13,7 @@
     cosine = 0.9999
     [tool.portability.thresholds."mobile/tflite-fp16"]
     max_abs = 5e-3
-    [tool.portability.regression]          # what --baseline calls a regression (report/diff.py Tolerances)
+    [tool.portability.regression]          # what --baseline calls a regression (each metric's TOLERANCES)
     size_growth = 0.05
     [tool.portability.profiles.ci]         # --profile ci: these settings over the ones above
     targets = "server,web"

@@ -43,3 +43,13 @@ def evaluate(ev) -> tuple[dict, list[str]]:
 
 def breaches(metrics: dict, t: dict) -> list[str]:
     return [reason for m in METRICS for reason in m.breaches(metrics, t)]
+
+
+def tolerances() -> dict:
+    """{name: default} of what ``--baseline`` calls noise, over every metric (``[tool.portability.regression]``)."""
+    return {k: v for m in METRICS for k, v in getattr(m, "TOLERANCES", {}).items()}
+
+
+def regressions(a: dict, b: dict, thresholds: dict, tol) -> list:
+    """Every metric's ``Moved`` between two runs of a target (``a``, ``b``: their metrics), in registry order."""
+    return [x for m in METRICS if hasattr(m, "regressions") for x in m.regressions(a or {}, b or {}, thresholds, tol)]

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from portability.metrics.base import Threshold
+from portability.metrics.base import Moved, Threshold, number
 from portability.metrics.drift import looks_like_scores, top1
 
 FIELDS = {"accuracy": None, "accuracy_delta": None}
 THRESHOLDS = {
     "accuracy_drop": Threshold(0.01, "--max-accuracy-drop", "largest accuracy fall with --dataset"),
 }
+
+#: what --baseline calls noise: accuracy must fall by more than this
+TOLERANCES = {"accuracy_drop": 0.005}
 
 
 def compute(ev) -> tuple[dict, list[str]]:
@@ -24,6 +27,13 @@ def breaches(metrics: dict, t: dict) -> list[str]:
     if t.get("accuracy_drop") is not None and delta is not None and -delta > t["accuracy_drop"]:
         return [f"accuracy fell by {-delta:.4f} > {t['accuracy_drop']}"]
     return []
+
+
+def regressions(a: dict, b: dict, thresholds: dict, tol) -> list[Moved]:
+    x, y = number(a.get("accuracy")), number(b.get("accuracy"))
+    if x is None or y is None or abs(y - x) <= max(tol.accuracy_drop, 1e-12):
+        return []
+    return [Moved("accuracy", "accuracy", x, y, x - y > tol.accuracy_drop, f"accuracy {x:.4f} → {y:.4f} ({y - x:+.4f})")]
 
 
 def score_output(outputs: dict[str, np.ndarray]) -> str | None:

@@ -4,6 +4,9 @@ Every metric module has ``FIELDS`` (the report metrics it owns, with their empty
 (its bounds: ``Threshold`` — the default, ``None`` = not checked, and the command-line flag with its help
 where it has one; the settings file's key is the name in ``[thresholds]``), ``compute(ev) -> (fields,
 problems)`` and ``breaches(metrics, thresholds) -> [reasons]``; ``portability.metrics.METRICS`` lists them.
+A metric that two runs can regress on also has ``TOLERANCES`` (what counts as noise: the keys of
+``[tool.portability.regression]``, with their defaults) and ``regressions(before, after, thresholds, tol) ->
+[Moved]`` (``report.diff`` and ``--baseline`` ask every metric).
 """
 from __future__ import annotations
 
@@ -24,6 +27,29 @@ class Threshold:
     default: float | None
     flag: str | None = None
     help: str = ""
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A metric that moved between two runs of a target beyond its tolerance (``regressions``)."""
+
+    #: the kind of change it is (``report.diff.KIND_ORDER``): drift, accuracy, latency
+    kind: str
+    metric: str
+    before: Any
+    after: Any
+    #: worse beyond tolerance
+    worse: bool
+    text: str
+
+
+def number(v: Any) -> float | None:
+    """A report's number (``"inf"``/``"nan"`` as JSON keeps them) as a float; None for anything else."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if v in ("inf", "-inf", "nan"):
+        return float(v)
+    return None
 
 
 @dataclass(frozen=True)

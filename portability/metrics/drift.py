@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from portability.metrics.base import Threshold
+import math
+
+from portability.metrics.base import Moved, Threshold, number
 
 FIELDS = {"outputs": {}, "top1_agreement": None}
 THRESHOLDS = {
@@ -13,6 +15,12 @@ THRESHOLDS = {
     "cosine": Threshold(0.9999, "--cosine", "lowest cosine similarity per output"),
     "top1_agreement": Threshold(1.0, "--min-top1", "lowest top-1 agreement, the share of rows whose arg-max class matches the reference's"),
 }
+
+#: what --baseline calls noise. A drift regression must pass both bounds: grow by more than ``drift_abs``
+#: (None: a tenth of the target's max_abs threshold, at least 1e-6) and to more than ``drift_ratio`` times
+#: the baseline's worst absolute difference; a cosine must fall by more than ``cosine_drop``, top-1
+#: agreement by more than ``top1_drop``
+TOLERANCES = {"drift_abs": None, "drift_ratio": 2.0, "cosine_drop": 1e-6, "top1_drop": 0.0}
 
 
 def compute(ev) -> tuple[dict, list[str]]:
@@ -37,6 +45,39 @@ def breaches(metrics: dict, t: dict) -> list[str]:
     agreement = metrics.get("top1_agreement")
     if t.get("top1_agreement") is not None and agreement is not None and agreement < t["top1_agreement"]:
         out.append(f"top-1 agreement {agreement:.4f} < {t['top1_agreement']}")
+    return out
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.4g}"
+    return str(v)
+
+
+def regressions(a: dict, b: dict, thresholds: dict, tol) -> list[Moved]:
+    """Per output, a grown max_abs (or a shrunk one, as better) and a fallen cosine; then top-1 agreement."""
+    out = []
+    if tol.drift_abs is not None:
+        floor = tol.drift_abs
+    else:
+        thr = number((thresholds or {}).get("max_abs"))
+        floor = max(1e-6, 0.1 * thr) if thr else 1e-6
+    oa, ob = a.get("outputs") or {}, b.get("outputs") or {}
+    for name in oa.keys() & ob.keys():
+        x, y = number(oa[name].get("max_abs")), number(ob[name].get("max_abs"))
+        if x is not None and y is not None and (math.isnan(y) or (y - x > floor and y > x * tol.drift_ratio)):
+            out.append(Moved("drift", f"max_abs[{name}]", x, y, True, f"'{name}' max_abs {_fmt(x)} → {_fmt(y)}"))
+        elif x is not None and y is not None and x - y > floor and x > y * tol.drift_ratio:
+            out.append(Moved("drift", f"max_abs[{name}]", x, y, False, f"'{name}' max_abs {_fmt(x)} → {_fmt(y)} (better)"))
+        x, y = number(oa[name].get("cosine")), number(ob[name].get("cosine"))
+        if x is not None and y is not None and (math.isnan(y) or x - y > tol.cosine_drop):
+            out.append(Moved("drift", f"cosine[{name}]", x, y, True, f"'{name}' cosine {x:.6f} → {y:.6f}"))
+    x, y = number(a.get("top1_agreement")), number(b.get("top1_agreement"))
+    if x is not None and y is not None and abs(y - x) > max(tol.top1_drop, 1e-12):
+        out.append(Moved("drift", "top1_agreement", x, y, x - y > tol.top1_drop,
+                         f"top1 agreement {x:.4f} → {y:.4f} ({y - x:+.4f})"))
     return out
 
 

@@ -6,8 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from portability.metrics.base import Moved, number
+
 FIELDS = {"latency_ms": None}
 THRESHOLDS: dict = {}  # latency is reported, never judged: it is noisy
+#: what --baseline calls noise: p50 growth as a fraction of the baseline's (0.5: 1.5x slower), and whether
+#: a slower p50 is a regression at all (only on request: ``--baseline-latency``)
+TOLERANCES = {"latency_growth": 0.5, "gate_latency": False}
 
 
 def compute(ev) -> tuple[dict, list[str]]:
@@ -23,6 +28,13 @@ def compute(ev) -> tuple[dict, list[str]]:
 
 def breaches(metrics: dict, t: dict) -> list[str]:
     return []
+
+
+def regressions(a: dict, b: dict, thresholds: dict, tol) -> list[Moved]:
+    x, y = (number((m.get("latency_ms") or {}).get("p50")) for m in (a, b))
+    if not x or not y or (y <= x * (1 + tol.latency_growth) and x <= y * (1 + tol.latency_growth)):
+        return []
+    return [Moved("latency", "p50_ms", x, y, tol.gate_latency and y > x, f"p50 latency {x:.4g} → {y:.4g} ms ({y / x:.2f}x)")]
 
 
 #: the timing budget of a target whose latency is not a device's: a software GPU adapter, an emulator

@@ -1,13 +1,12 @@
 """What changed between two reports of a model, and which changes are regressions.
 
 One module for both ``portability diff A B`` (every change beyond noise) and ``check --baseline``
-(exit 1 when a gating target regressed). Per target, in order: its status, then output drift, top-1
-agreement and accuracy, then artifact size, then latency. Metrics are compared only where both runs
-produced them (a target that ran in both).
+(exit 1 when a gating target regressed). Per target, in order: its status, then what each metric says
+moved (``metrics.*.regressions``: output drift, top-1 agreement, accuracy, latency), then artifact size.
+Metrics are compared only where both runs produced them (a target that ran in both).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from portability.report.schema import FAILING, Report, TargetResult
@@ -19,22 +18,20 @@ STATUS_RANK = {"pass": 0, "fallback": 1, "drift": 2, "run-error": 3, "load-error
 KIND_ORDER = ("status", "presence", "outputs", "drift", "accuracy", "size", "latency")
 
 
-@dataclass(frozen=True)
-class Tolerances:
-    """What counts as noise. A drift regression must pass both bounds: grow by more than ``drift_abs``
-    (default: a tenth of the target's max_abs threshold, at least 1e-6) and to more than ``drift_ratio``
-    times the baseline's worst absolute difference."""
+def _tolerances() -> type:
+    from dataclasses import make_dataclass
 
-    drift_abs: float | None = None
-    drift_ratio: float = 2.0
-    cosine_drop: float = 1e-6
-    top1_drop: float = 0.0
-    accuracy_drop: float = 0.005
-    #: growth of an artifact's size, as a fraction of the baseline's (0.10: 10 %)
-    size_growth: float = 0.10
-    #: growth of p50 latency as a fraction of the baseline's (0.5: 1.5x slower); gated only on request
-    latency_growth: float = 0.5
-    gate_latency: bool = False
+    from portability.metrics import tolerances
+
+    own = {"size_growth": 0.10}  # an artifact's size (not a metric): growth as a fraction of the baseline's
+    return make_dataclass("Tolerances", [(k, type(v) if v is not None else float | None, field(default=v))
+                                         for k, v in {**tolerances(), **own}.items()], frozen=True)
+
+
+#: What counts as noise (``[tool.portability.regression]``): each metric's ``TOLERANCES`` (drift: drift_abs,
+#: drift_ratio, cosine_drop, top1_drop; accuracy: accuracy_drop; latency: latency_growth, gate_latency) and
+#: the artifact's ``size_growth``
+Tolerances = _tolerances()
 
 
 @dataclass(frozen=True)
@@ -75,22 +72,6 @@ def signature(model: dict) -> tuple:
     return tuple(tuple((x["name"], x.get("dtype")) for x in model.get(key) or ()) for key in ("inputs", "outputs"))
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.4g}"
-    return str(v)
-
-
-def _num(v) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    if v in ("inf", "-inf", "nan"):
-        return float(v)
-    return None
-
-
 def _ran(t: TargetResult) -> bool:
     return t.status not in FAILING - {"drift", "fallback"} and t.status != "skipped"
 
@@ -105,45 +86,6 @@ def _status(a: TargetResult, b: TargetResult) -> list[Change]:
                    f"status {a.status} → {b.status}{why}")]
 
 
-def _drift_floor(t: TargetResult, tol: Tolerances) -> float:
-    if tol.drift_abs is not None:
-        return tol.drift_abs
-    thr = _num((t.thresholds or {}).get("max_abs"))
-    return max(1e-6, 0.1 * thr) if thr else 1e-6
-
-
-def _drift(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
-    out = []
-    floor = _drift_floor(b, tol)
-    oa, ob = (a.metrics or {}).get("outputs") or {}, (b.metrics or {}).get("outputs") or {}
-    for name in oa.keys() & ob.keys():
-        x, y = _num(oa[name].get("max_abs")), _num(ob[name].get("max_abs"))
-        if x is not None and y is not None and (math.isnan(y) or (y - x > floor and y > x * tol.drift_ratio)):
-            out.append(Change(b.id, "drift", f"max_abs[{name}]", x, y, True, b.gating,
-                              f"'{name}' max_abs {_fmt(x)} → {_fmt(y)}"))
-        elif x is not None and y is not None and x - y > floor and x > y * tol.drift_ratio:
-            out.append(Change(b.id, "drift", f"max_abs[{name}]", x, y, False, b.gating,
-                              f"'{name}' max_abs {_fmt(x)} → {_fmt(y)} (better)"))
-        x, y = _num(oa[name].get("cosine")), _num(ob[name].get("cosine"))
-        if x is not None and y is not None and (math.isnan(y) or x - y > tol.cosine_drop):
-            out.append(Change(b.id, "drift", f"cosine[{name}]", x, y, True, b.gating,
-                              f"'{name}' cosine {x:.6f} → {y:.6f}"))
-    return out
-
-
-def _accuracy(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
-    out = []
-    ma, mb = a.metrics or {}, b.metrics or {}
-    for key, bound in (("top1_agreement", tol.top1_drop), ("accuracy", tol.accuracy_drop)):
-        x, y = _num(ma.get(key)), _num(mb.get(key))
-        if x is None or y is None or abs(y - x) <= max(bound, 1e-12):
-            continue
-        worse = x - y > bound
-        out.append(Change(b.id, "drift" if key == "top1_agreement" else "accuracy", key, x, y, worse, b.gating,
-                          f"{key.replace('_', ' ')} {x:.4f} → {y:.4f} ({y - x:+.4f})"))
-    return out
-
-
 def _size(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
     x, y = ((t.artifact or {}).get("size_bytes") for t in (a, b))
     if not x or not y or abs(y - x) <= tol.size_growth * x:
@@ -153,18 +95,13 @@ def _size(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
                    f"{fmt} size {x:,} → {y:,} bytes ({(y - x) / x:+.0%})")]
 
 
-def _latency(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
-    x, y = (_num(((t.metrics or {}).get("latency_ms") or {}).get("p50")) for t in (a, b))
-    if not x or not y or (y <= x * (1 + tol.latency_growth) and x <= y * (1 + tol.latency_growth)):
-        return []
-    return [Change(b.id, "latency", "p50_ms", x, y, tol.gate_latency and y > x, b.gating,
-                   f"p50 latency {x:.4g} → {y:.4g} ms ({y / x:.2f}x)")]
-
-
 def compare_targets(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
+    from portability.metrics import regressions
+
     changes = _status(a, b)
     if _ran(a) and _ran(b):
-        changes += _drift(a, b, tol) + _accuracy(a, b, tol) + _latency(a, b, tol)
+        changes += [Change(b.id, m.kind, m.metric, m.before, m.after, m.worse, b.gating, m.text)
+                    for m in regressions(a.metrics, b.metrics, b.thresholds, tol)]
     changes += _size(a, b, tol)
     return changes
 
