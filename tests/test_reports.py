@@ -285,21 +285,25 @@ def test_latency_and_size_only_beyond_their_bounds():
     assert [(c.metric, c.regression) for c in drifted.changes] == [("max_abs[y]", True)]
 
 
-def test_diff_asks_every_registered_metric_what_moved(monkeypatch):
-    """A metric owns its regression rule and its tolerance: diff and --baseline iterate the registry."""
+def test_reports_and_diff_ask_every_registered_metric(monkeypatch):
+    """A metric owns its regression rule, its tolerance, its columns and its sections: diff, --baseline and
+    the renderers iterate the registry."""
     import types
 
     import portability.metrics as metrics
-    from portability.metrics.base import Moved
+    from portability.metrics.base import Column, Moved, Section
+    from portability.report import html, markdown
     from portability.report.diff import diff
     from portability.report.schema import Report, TargetResult
 
-    def moved(a, b, thresholds, tol):
-        x, y = a.get("energy_mj"), b.get("energy_mj")
+    def moved(a, b, tol):
+        x, y = a.metrics.get("energy_mj"), b.metrics.get("energy_mj")
         return [Moved("latency", "energy_mj", x, y, y > x * 1.5, f"energy {x} → {y} mJ")] if x and y and x != y else []
 
     extra = types.SimpleNamespace(FIELDS={"energy_mj": None}, THRESHOLDS={}, TOLERANCES={}, regressions=moved,
-                                  compute=lambda ev: ({}, []), breaches=lambda m, t: [])
+                                  compute=lambda ev: ({}, []), breaches=lambda m, t: [],
+                                  COLUMNS=(Column("energy mJ", lambda t, medium: f"{t.metrics['energy_mj']:.1f}"),),
+                                  SECTIONS=(Section("Energy", lambda r, page: page.table(["target"], [["every one"]])),))
     monkeypatch.setattr(metrics, "METRICS", metrics.METRICS + (extra,))
 
     def report(mj: float) -> Report:
@@ -310,3 +314,6 @@ def test_diff_asks_every_registered_metric_what_moved(monkeypatch):
     d = diff(report(2.0), report(4.0))
     assert [(c.metric, c.regression, c.text) for c in d.changes] == [("energy_mj", True, "energy 2.0 → 4.0 mJ")]
     assert diff(report(2.0), report(2.0)).changes == ()
+    md, page = markdown.render(report(4.0)), html.render(report(4.0))
+    assert "| energy mJ |" in md and "| 4.0 |" in md
+    assert "<th>energy mJ</th>" in page and "<h2>Energy</h2>" in page and "every one" in page

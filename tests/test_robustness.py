@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, by_id, check_json, run_cli
-from portability.core import perturb
+from portability.metrics.robustness import perturb
 from portability.core.protocol import WorkerResult
 from portability.metrics import robustness
 from portability.metrics.base import Evaluation
@@ -151,7 +151,7 @@ def test_the_perturbed_set_is_the_same_for_every_target(tmp_path):
     from portability.engine import plan
     from portability.engine.options import resolve
     from portability.engine.pipeline import _Run, _Silent, prepare_feeds
-    from portability.engine.robust import prepare
+    from portability.metrics.robustness.run import prepare
     from portability.sources import load_source_isolated
 
     model = load_source_isolated(FIXTURES / "lenet.onnx")
@@ -171,7 +171,7 @@ def test_fgsm_on_the_torch_source_lowers_its_accuracy():
     """The attack is real: the source model itself loses accuracy on the examples crafted on it."""
     import torch
 
-    from portability.engine import adversarial
+    from portability.metrics.robustness import adversarial
     from portability.sources import load_source_isolated
     from portability.sources.torch_export import open_program
 

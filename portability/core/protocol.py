@@ -79,7 +79,7 @@ class Job:
     #: where the worker writes its result and outputs (set by the runner)
     result: str = ""
     outputs: str = ""
-    #: more batches (the robustness pass: ``core.perturb``) run after the clean ones in the same call;
+    #: more batches (the robustness pass: ``metrics.robustness.perturb``) run after the clean ones in the same call;
     #: neither converters nor timing see them, and their outputs go to ``extra_outputs``
     extra_feeds: str = ""
     extra_outputs: str = ""

@@ -99,7 +99,7 @@ class _Run:
     def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress,
                  robustness=None, services: Services | None = None):
         self.model, self.feeds, self.opts, self.workdir, self.progress = model, feeds, opts, workdir, progress
-        #: the robustness pass (``engine.robust.Robustness``), with ``--robustness``
+        #: the robustness pass (``metrics.robustness.run.Robustness``), with ``--robustness``
         self.robustness = robustness
         self.ref_perturbed: dict[str, np.ndarray] = {}
         self.in_names = tuple(i.name for i in model.inputs)
@@ -348,7 +348,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     try:
         rob = None
         if opts.robustness:
-            from portability.engine import robust
+            from portability.metrics.robustness import run as robust
 
             rob = robust.prepare(model, feeds, opts, workdir)
         run = _Run(model, feeds, opts, workdir, progress, rob, session.services if session else None)

@@ -4,9 +4,10 @@ thresholds and the reasons a target drifted are all derived from it. Adding a me
 one line here."""
 from __future__ import annotations
 
-from portability.metrics import accuracy, drift, latency, memory, robustness
+from portability.metrics import accuracy, drift, latency, memory, robustness, size
 
-METRICS = (drift, accuracy, latency, memory, robustness)
+#: in the order reports show them
+METRICS = (drift, accuracy, size, latency, memory, robustness)
 
 #: report fields that belong to the schema but that no metric fills yet
 RESERVED: dict = {}
@@ -50,6 +51,19 @@ def tolerances() -> dict:
     return {k: v for m in METRICS for k, v in getattr(m, "TOLERANCES", {}).items()}
 
 
-def regressions(a: dict, b: dict, thresholds: dict, tol) -> list:
-    """Every metric's ``Moved`` between two runs of a target (``a``, ``b``: their metrics), in registry order."""
-    return [x for m in METRICS if hasattr(m, "regressions") for x in m.regressions(a or {}, b or {}, thresholds, tol)]
+def regressions(a, b, tol, ran: bool = True) -> list:
+    """Every metric's ``Moved`` between two runs of a target (``TargetResult``s), in registry order; where
+    one of them did not run (``ran`` False), only the metrics that do not need a run."""
+    return [x for m in METRICS if hasattr(m, "regressions") and (ran or not getattr(m, "NEEDS_RUN", True))
+            for x in m.regressions(a, b, tol)]
+
+
+def columns(medium: str, report=None) -> list:
+    """The metrics' summary-table columns for a medium (``metrics.base.MEDIA``), those the report has."""
+    return [c for m in METRICS for c in getattr(m, "COLUMNS", ()) if medium in c.media
+            and (c.shown is None or report is None or c.shown(report))]
+
+
+def sections(medium: str, place: str | None = None) -> list:
+    """The metrics' own report sections for a medium (and place), in registry order."""
+    return [x for m in METRICS for x in getattr(m, "SECTIONS", ()) if x.medium == medium and place in (None, x.place)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from portability.metrics.base import Moved, Threshold, number
+from portability.metrics.base import Column, Moved, Threshold, number
 from portability.metrics.drift import looks_like_scores, top1
 
 FIELDS = {"accuracy": None, "accuracy_delta": None}
@@ -29,11 +29,24 @@ def breaches(metrics: dict, t: dict) -> list[str]:
     return []
 
 
-def regressions(a: dict, b: dict, thresholds: dict, tol) -> list[Moved]:
-    x, y = number(a.get("accuracy")), number(b.get("accuracy"))
+def regressions(before, after, tol) -> list[Moved]:
+    x, y = number((before.metrics or {}).get("accuracy")), number((after.metrics or {}).get("accuracy"))
     if x is None or y is None or abs(y - x) <= max(tol.accuracy_drop, 1e-12):
         return []
     return [Moved("accuracy", "accuracy", x, y, x - y > tol.accuracy_drop, f"accuracy {x:.4f} → {y:.4f} ({y - x:+.4f})")]
+
+
+def _cell(t, medium: str) -> str:
+    m = t.metrics or {}
+    acc, delta = m.get("accuracy"), m.get("accuracy_delta")
+    if acc is None:
+        return "–"
+    # HTML shows every target's delta (the reference has none); the tables only a non-zero one
+    shown = delta is not None if medium == "html" else bool(delta)
+    return f"{acc:.4f}" + (f" ({delta:+.4f})" if shown else "")
+
+
+COLUMNS = (Column("accuracy", _cell, headers={"html": "accuracy (Δ)"}),)
 
 
 def score_output(outputs: dict[str, np.ndarray]) -> str | None:

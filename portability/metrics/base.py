@@ -6,12 +6,16 @@ where it has one; the settings file's key is the name in ``[thresholds]``), ``co
 problems)`` and ``breaches(metrics, thresholds) -> [reasons]``; ``portability.metrics.METRICS`` lists them.
 A metric that two runs can regress on also has ``TOLERANCES`` (what counts as noise: the keys of
 ``[tool.portability.regression]``, with their defaults) and ``regressions(before, after, thresholds, tol) ->
-[Moved]`` (``report.diff`` and ``--baseline`` ask every metric).
+[Moved]`` on two runs of a target (``report.diff`` and ``--baseline`` ask every metric; only where both
+runs ran, unless ``NEEDS_RUN = False``). How a metric shows: ``COLUMNS`` (its cells in the summary table
+of the terminal, Markdown and HTML reports: ``Column``) and ``SECTIONS`` (its own part of the HTML or
+Markdown report: ``Section``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -52,6 +56,50 @@ def number(v: Any) -> float | None:
     return None
 
 
+#: the media a report is rendered to
+MEDIA = ("terminal", "markdown", "html")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A metric's column in the summary table: ``cell(target, medium) -> text`` (the renderer escapes it)."""
+
+    header: str
+    cell: Callable[[Any, str], str]
+    media: tuple[str, ...] = MEDIA
+    #: the header where a medium names it otherwise ({medium: header})
+    headers: dict = field(default_factory=dict)
+    #: (report) -> whether the table has this column at all (default: always)
+    shown: Callable[[Any], bool] | None = None
+
+    def head(self, medium: str) -> str:
+        return self.headers.get(medium, self.header)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A metric's own part of a report: ``render(report, page) -> text`` ("" for none), where ``page`` gives
+    the medium's primitives (HTML: ``e`` escape, ``num``, ``table(head, rows, numeric_from)``; Markdown:
+    ``cell``). ``place``: ``summary`` (after the targets and the baseline's changes) or ``detail`` (before
+    the conversions)."""
+
+    title: str
+    render: Callable[[Any, Any], str]
+    medium: str = "html"
+    place: str = "detail"
+
+
+def fmt(v: Any, spec: str, medium: str) -> str:
+    """A report number in a table cell: "–" for none, a string (JSON's "inf") as it is."""
+    if v is None:
+        return "–"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float) and not math.isfinite(v) and medium != "markdown":
+        return "inf" if medium == "terminal" or v > 0 else "nan"
+    return format(v, spec)
+
+
 @dataclass(frozen=True)
 class Evaluation:
     worker: WorkerResult
@@ -65,7 +113,7 @@ class Evaluation:
     score_name: str | None = None
     #: the reference's own metrics (accuracy, latency), once it ran
     reference_metrics: dict = field(default_factory=dict)
-    #: the robustness pass (``--robustness``): the perturbed set (``core.perturb.PerturbedSet``, arrays
+    #: the robustness pass (``--robustness``): the perturbed set (``metrics.robustness.perturb.PerturbedSet``, arrays
     #: aside), this target's and the reference's outputs on it, and what the adversarial part could do
     perturbed: Any = None
     perturbed_outputs: dict[str, np.ndarray] | None = None

@@ -5,7 +5,7 @@ import numpy as np
 
 import math
 
-from portability.metrics.base import Moved, Threshold, number
+from portability.metrics.base import Column, Moved, Section, Threshold, fmt, number
 
 FIELDS = {"outputs": {}, "top1_agreement": None}
 THRESHOLDS = {
@@ -56,8 +56,9 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def regressions(a: dict, b: dict, thresholds: dict, tol) -> list[Moved]:
+def regressions(before, after, tol) -> list[Moved]:
     """Per output, a grown max_abs (or a shrunk one, as better) and a fallen cosine; then top-1 agreement."""
+    a, b, thresholds = before.metrics or {}, after.metrics or {}, after.thresholds
     out = []
     if tol.drift_abs is not None:
         floor = tol.drift_abs
@@ -79,6 +80,43 @@ def regressions(a: dict, b: dict, thresholds: dict, tol) -> list[Moved]:
         out.append(Moved("drift", "top1_agreement", x, y, x - y > tol.top1_drop,
                          f"top1 agreement {x:.4f} → {y:.4f} ({y - x:+.4f})"))
     return out
+
+
+def worst(t) -> tuple[float | None, float | None]:
+    """A target's worst max_abs and cosine over its outputs (None, None without outputs)."""
+    outs = (t.metrics or {}).get("outputs") or {}
+    if not outs:
+        return None, None
+    return max(o["max_abs"] for o in outs.values()), min(o["cosine"] for o in outs.values())
+
+
+COLUMNS = (
+    Column("max |Δ|", lambda t, medium: fmt(worst(t)[0], ".2e" if medium == "html" else ".1e", medium),
+           headers={"markdown": "max \\|Δ\\|"}),
+    Column("cosine", lambda t, medium: fmt(worst(t)[1], ".6f", medium)),
+    Column("top-1", lambda t, medium: fmt((t.metrics or {}).get("top1_agreement"), ".4f", medium)),
+)
+
+
+def _per_output(report, page) -> str:
+    rows = []
+    num = page.num
+    for t in report.targets:
+        thr = t.thresholds or {}
+        for name, o in ((t.metrics or {}).get("outputs") or {}).items():
+            over = isinstance(o.get("max_abs"), (int, float)) and thr.get("max_abs") is not None and o["max_abs"] > thr["max_abs"]
+            ma = num(o.get("max_abs"), ".2e")
+            rows.append([page.e(t.id), f"<code>{page.e(name)}</code>", f'<span class="bad">{ma}</span>' if over else ma,
+                         num(thr.get("max_abs"), ".0e"), num(o.get("max_abs_steps"), ".2f"), num(o.get("max_rel"), ".2e"),
+                         num(o.get("mean_abs"), ".2e"), num(o.get("rmse"), ".2e"), num(o.get("p99_abs"), ".2e"),
+                         num(o.get("cosine"), ".7f"), num(o.get("top1_agreement"), ".4f")])
+    if not rows:
+        return "<p>No target produced outputs to compare.</p>"
+    return page.table(["target", "output", "max_abs", "threshold", "steps", "max_rel", "mean_abs", "rmse", "p99_abs",
+                       "cosine", "top-1"], rows, numeric_from=2)
+
+
+SECTIONS = (Section("Drift per output", _per_output),)
 
 
 def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -> dict:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from portability.metrics.base import Moved, number
+from portability.metrics.base import Column, Moved, Section, fmt, number
 
 FIELDS = {"latency_ms": None}
 THRESHOLDS: dict = {}  # latency is reported, never judged: it is noisy
@@ -30,11 +30,43 @@ def breaches(metrics: dict, t: dict) -> list[str]:
     return []
 
 
-def regressions(a: dict, b: dict, thresholds: dict, tol) -> list[Moved]:
-    x, y = (number((m.get("latency_ms") or {}).get("p50")) for m in (a, b))
+def regressions(before, after, tol) -> list[Moved]:
+    x, y = (number(((t.metrics or {}).get("latency_ms") or {}).get("p50")) for t in (before, after))
     if not x or not y or (y <= x * (1 + tol.latency_growth) and x <= y * (1 + tol.latency_growth)):
         return []
     return [Moved("latency", "p50_ms", x, y, tol.gate_latency and y > x, f"p50 latency {x:.4g} → {y:.4g} ms ({y / x:.2f}x)")]
+
+
+def _p50(t, medium: str) -> str:
+    lat = (t.metrics or {}).get("latency_ms") or {}
+    return fmt(lat.get("p50"), ".3f", medium) + ((" emu" if medium == "terminal" else " (emulated)") if lat.get("emulated") else "")
+
+
+COLUMNS = (
+    Column("p50 ms", _p50, media=("terminal", "markdown")),
+    Column("× ref", lambda t, medium: fmt((t.metrics or {}).get("p50_vs_reference"), ".2f", medium), media=("terminal", "markdown")),
+)
+
+
+def _section(report, page) -> str:
+    rows = []
+    num = page.num
+    for t in report.targets:
+        lat = (t.metrics or {}).get("latency_ms") or {}
+        if not lat:
+            continue
+        ident = f'<span class="ref">{page.e(t.id)} (reference)</span>' if t.id == report.reference else page.e(t.id)
+        emu = " (emulated)" if lat.get("emulated") else ""
+        ratio = (t.metrics or {}).get("p50_vs_reference")
+        rows.append([ident + emu, num(lat.get("load"), ".1f"), num(lat.get("first"), ".3f"), num(lat.get("p50"), ".3f"),
+                     num(lat.get("p90"), ".3f"), num(lat.get("p99"), ".3f"), num(lat.get("runs"), "d"),
+                     "1 (reference)" if t.id == report.reference else (f"{ratio:.2f}×" if ratio else "–")])
+    if not rows:
+        return "<p>No target was timed (--runs 0, or none ran).</p>"
+    return page.table(["target", "load ms", "first ms", "p50 ms", "p90 ms", "p99 ms", "runs", "p50 vs reference"], rows)
+
+
+SECTIONS = (Section("Latency", _section),)
 
 
 #: the timing budget of a target whose latency is not a device's: a software GPU adapter, an emulator

@@ -2,7 +2,7 @@
 
 One module for both ``portability diff A B`` (every change beyond noise) and ``check --baseline``
 (exit 1 when a gating target regressed). Per target, in order: its status, then what each metric says
-moved (``metrics.*.regressions``: output drift, top-1 agreement, accuracy, latency), then artifact size.
+moved (``metrics.*.regressions``: output drift, top-1 agreement, accuracy, artifact size, latency).
 Metrics are compared only where both runs produced them (a target that ran in both).
 """
 from __future__ import annotations
@@ -23,14 +23,13 @@ def _tolerances() -> type:
 
     from portability.metrics import tolerances
 
-    own = {"size_growth": 0.10}  # an artifact's size (not a metric): growth as a fraction of the baseline's
     return make_dataclass("Tolerances", [(k, type(v) if v is not None else float | None, field(default=v))
-                                         for k, v in {**tolerances(), **own}.items()], frozen=True)
+                                         for k, v in tolerances().items()], frozen=True)
 
 
 #: What counts as noise (``[tool.portability.regression]``): each metric's ``TOLERANCES`` (drift: drift_abs,
-#: drift_ratio, cosine_drop, top1_drop; accuracy: accuracy_drop; latency: latency_growth, gate_latency) and
-#: the artifact's ``size_growth``
+#: drift_ratio, cosine_drop, top1_drop; accuracy: accuracy_drop; size: size_growth; latency: latency_growth,
+#: gate_latency)
 Tolerances = _tolerances()
 
 
@@ -86,23 +85,11 @@ def _status(a: TargetResult, b: TargetResult) -> list[Change]:
                    f"status {a.status} → {b.status}{why}")]
 
 
-def _size(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
-    x, y = ((t.artifact or {}).get("size_bytes") for t in (a, b))
-    if not x or not y or abs(y - x) <= tol.size_growth * x:
-        return []
-    fmt = (b.artifact or {}).get("format", "artifact")
-    return [Change(b.id, "size", "size_bytes", x, y, y > x, b.gating,
-                   f"{fmt} size {x:,} → {y:,} bytes ({(y - x) / x:+.0%})")]
-
-
 def compare_targets(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[Change]:
     from portability.metrics import regressions
 
-    changes = _status(a, b)
-    if _ran(a) and _ran(b):
-        changes += [Change(b.id, m.kind, m.metric, m.before, m.after, m.worse, b.gating, m.text)
-                    for m in regressions(a.metrics, b.metrics, b.thresholds, tol)]
-    changes += _size(a, b, tol)
+    return _status(a, b) + [Change(b.id, m.kind, m.metric, m.before, m.after, m.worse, b.gating, m.text)
+                            for m in regressions(a, b, tol, ran=_ran(a) and _ran(b))]
     return changes
 
 

@@ -52,7 +52,7 @@ def write_json(report: Report, path: Path) -> None:
 
 def _junit_out(t) -> str:
     """The numbers a CI page shows under a test case: drift, agreement, accuracy, size, latency."""
-    from portability.report.table import worst
+    from portability.metrics.drift import worst
 
     m = t.metrics or {}
     max_abs, cos = worst(t)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from html import escape
 from pathlib import Path
+from types import SimpleNamespace
 
 from portability.report.diff import Diff
 from portability.report.schema import Report, TargetResult
-from portability.report.table import worst
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
@@ -46,12 +46,6 @@ def _num(v, fmt: str = ".3g") -> str:
     return format(v, fmt)
 
 
-def _size(n) -> str:
-    if not n:
-        return "–"
-    return f"{n:,} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 2**20 else f"{n / 2**20:.2f} MB"
-
-
 def _pill(t: TargetResult) -> str:
     cls = t.status if t.status in ("pass", "drift", "fallback", "skipped") else "error"
     x = "" if t.gating else " xcheck"
@@ -84,60 +78,27 @@ def _glance(report: Report) -> str:
 
 
 def _targets(report: Report) -> str:
+    from portability.metrics import columns
+
+    cols = columns("html", report)
     rows = []
     for t in report.targets:
-        m = t.metrics or {}
-        max_abs, cos = worst(t)
-        acc = m.get("accuracy")
-        acc_s = "–" if acc is None else f"{acc:.4f}" + (f" ({m['accuracy_delta']:+.4f})" if m.get("accuracy_delta") is not None and t.id != report.reference else "")
         ident = f'<span class="ref">{_e(t.id)} (reference)</span>' if t.id == report.reference else _e(t.id)
-        rows.append([ident, _pill(t), "yes" if t.gating else "cross-check", _e(t.runtime or "–"), _e(t.device or "–"),
-                     _num(max_abs, ".2e"), _num(cos, ".6f"), _num(m.get("top1_agreement"), ".4f"), acc_s,
-                     _num(t.duration_s, ".1f")])
-    return _table(["target", "status", "gating", "runtime", "device", "max |Δ|", "cosine", "top-1", "accuracy (Δ)",
-                   "took s"], rows, numeric_from=5)
+        rows.append([ident, _pill(t), "yes" if t.gating else "cross-check", _e(t.runtime or "–"), _e(t.device or "–")]
+                    + [_e(c.cell(t, "html")) for c in cols] + [_num(t.duration_s, ".1f")])
+    return _table(["target", "status", "gating", "runtime", "device"] + [c.head("html") for c in cols] + ["took s"],
+                  rows, numeric_from=5)
 
 
-def _outputs(report: Report) -> str:
-    rows = []
-    for t in report.targets:
-        thr = t.thresholds or {}
-        for name, o in ((t.metrics or {}).get("outputs") or {}).items():
-            over = isinstance(o.get("max_abs"), (int, float)) and thr.get("max_abs") is not None and o["max_abs"] > thr["max_abs"]
-            ma = _num(o.get("max_abs"), ".2e")
-            rows.append([_e(t.id), f"<code>{_e(name)}</code>", f'<span class="bad">{ma}</span>' if over else ma,
-                         _num(thr.get("max_abs"), ".0e"), _num(o.get("max_abs_steps"), ".2f"), _num(o.get("max_rel"), ".2e"),
-                         _num(o.get("mean_abs"), ".2e"), _num(o.get("rmse"), ".2e"), _num(o.get("p99_abs"), ".2e"),
-                         _num(o.get("cosine"), ".7f"), _num(o.get("top1_agreement"), ".4f")])
-    if not rows:
-        return "<p>No target produced outputs to compare.</p>"
-    return _table(["target", "output", "max_abs", "threshold", "steps", "max_rel", "mean_abs", "rmse", "p99_abs",
-                   "cosine", "top-1"], rows, numeric_from=2)
+#: what a metric's section is given to draw with (``metrics.base.Section``)
+PAGE = SimpleNamespace(e=lambda v: _e(v), num=lambda v, fmt=".3g": _num(v, fmt),
+                       table=lambda head, rows, numeric_from=1: _table(head, rows, numeric_from))
 
 
-def _sizes(report: Report) -> str:
-    rows = [[_e(t.id), _e((t.artifact or {}).get("format", "–")), _size((t.artifact or {}).get("size_bytes")),
-             _size((t.artifact or {}).get("gzip_bytes")), _num((t.artifact or {}).get("files"), "d")]
-            for t in report.targets if t.artifact]
-    src = f"<p class=meta>Source model: {_size(report.model.get('size_bytes'))}.</p>"
-    return src + (_table(["target", "format", "size", "gzip", "files"], rows, numeric_from=2) if rows else "")
+def _sections(report: Report, place: str) -> list[tuple[str, str]]:
+    from portability.metrics import sections
 
-
-def _latency(report: Report) -> str:
-    rows = []
-    for t in report.targets:
-        lat = (t.metrics or {}).get("latency_ms") or {}
-        if not lat:
-            continue
-        ident = f'<span class="ref">{_e(t.id)} (reference)</span>' if t.id == report.reference else _e(t.id)
-        emu = " (emulated)" if lat.get("emulated") else ""
-        ratio = (t.metrics or {}).get("p50_vs_reference")
-        rows.append([ident + emu, _num(lat.get("load"), ".1f"), _num(lat.get("first"), ".3f"), _num(lat.get("p50"), ".3f"),
-                     _num(lat.get("p90"), ".3f"), _num(lat.get("p99"), ".3f"), _num(lat.get("runs"), "d"),
-                     "1 (reference)" if t.id == report.reference else (f"{ratio:.2f}×" if ratio else "–")])
-    if not rows:
-        return "<p>No target was timed (--runs 0, or none ran).</p>"
-    return _table(["target", "load ms", "first ms", "p50 ms", "p90 ms", "p99 ms", "runs", "p50 vs reference"], rows)
+    return [(sec.title, text) for sec in sections("html", place) if (text := sec.render(report, PAGE))]
 
 
 def _conversions(report: Report) -> str:
@@ -183,24 +144,6 @@ def _environment(report: Report) -> str:
             f" · {_e(env.get('cores', '?'))} cores<br>{pk}</p>")
 
 
-def _robustness(report: Report) -> str:
-    """The robustness summary per target (``--robustness``), and what was perturbed; empty without it."""
-    from portability.metrics.robustness import SUMMARY_HEAD, summary
-
-    rows = [[_e(t.id)] + [_e(c) for c in cells] for t in report.targets if (cells := summary(t.metrics or {}))]
-    if not rows:
-        return ""
-    desc = (report.inputs or {}).get("robustness") or {}
-    fams = "; ".join(f"{_e(f)} {_e(', '.join(f'{v:g}' for v in lv))}" for f, lv in (desc.get("families") or {}).items())
-    adv = desc.get("adversarial") or {}
-    adv_s = (f"adversarial: FGSM and PGD crafted on {_e(adv.get('crafted_on'))}; success rate: the share of samples "
-             f"whose prediction differs from the {_e(adv.get('labels'))}" if adv.get("available")
-             else f"adversarial: not available ({_e(adv.get('reason'))})")
-    return (f"<p class=meta>{_e(desc.get('samples'))} samples, seed {_e(desc.get('seed'))}; levels: {fams}. "
-            f"Flip rate: the share of perturbed samples whose top-1 class differs from the reference's on the same "
-            f"input. {adv_s}</p>" + _table(SUMMARY_HEAD, rows))
-
-
 def _plots(report: Report) -> str:
     from portability.report.plots import all_plots
 
@@ -224,15 +167,13 @@ def render(report: Report, diff: Diff | None = None) -> str:
     sections = [("At a glance", _glance(report)), ("Plots", _plots(report)), ("Targets", _targets(report))]
     if diff is not None:
         sections.append(("Changes since the baseline", _diff(diff)))
-    robust = _robustness(report)
-    sections += [("Robustness", robust)] if robust else []
+    sections += _sections(report, "summary")
     from portability.report.versions import tables
 
     sections += [(f"Versions of {pkg}", "<p class=meta>Each version's status, and its worst absolute difference "
                   "from the other versions' outputs on the same inputs.</p>" + _table([_e(h) for h in head],
                   [[_e(c) for c in row] for row in rows])) for pkg, head, rows in tables(report)]
-    sections += [("Drift per output", _outputs(report)), ("Size per format and variant", _sizes(report)),
-                 ("Latency", _latency(report)), ("Conversions", _conversions(report)),
+    sections += _sections(report, "detail") + [("Conversions", _conversions(report)),
                  ("Errors, breaches and notes", _problems(report)), ("Environment", _environment(report))]
     body = "".join(f"<section><h2>{_e(h)}</h2>{s}</section>" for h, s in sections)
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">"

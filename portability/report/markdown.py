@@ -6,7 +6,7 @@ from pathlib import Path
 
 from portability.report.diff import Diff
 from portability.report.schema import Report, TargetResult
-from portability.report.table import explain, worst
+from portability.report.table import explain
 
 ICON = {"pass": "✅", "drift": "❌", "skipped": "⏭️", "fallback": "⚠️"}
 
@@ -15,42 +15,10 @@ def _cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def _num(v, fmt: str) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, str):
-        return v
-    return format(v, fmt)
-
-
-def _size(n: int | None) -> str:
-    if not n:
-        return "–"
-    return f"{n / 1024:.1f} KB" if n < 2**20 else f"{n / 2**20:.2f} MB"
-
-
-def _row(t: TargetResult) -> str:
-    m = t.metrics or {}
-    max_abs, cos = worst(t)
-    lat = m.get("latency_ms") or {}
-    acc = m.get("accuracy")
-    acc_s = "–" if acc is None else f"{acc:.4f}" + (f" ({m['accuracy_delta']:+.4f})" if m.get("accuracy_delta") else "")
+def _row(t: TargetResult, cols: list) -> str:
     status = f"{ICON.get(t.status, '❌')} {t.status}" + ("" if t.gating else " (cross-check)")
-    p50 = _num(lat.get("p50"), ".3f") + (" (emulated)" if lat.get("emulated") else "")
-    cells = [f"`{t.id}`", status, _num(max_abs, ".1e"), _num(cos, ".6f"), _num(m.get("top1_agreement"), ".4f"), acc_s,
-             _size((t.artifact or {}).get("size_bytes")), p50, _num(m.get("p50_vs_reference"), ".2f")]
+    cells = [f"`{t.id}`", status] + [c.cell(t, "markdown") for c in cols]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
-
-
-def _robustness(report: Report) -> list[str]:
-    from portability.metrics.robustness import SUMMARY_HEAD, summary
-
-    rows = [(t.id, summary(t.metrics or {})) for t in report.targets]
-    rows = [(tid, cells) for tid, cells in rows if cells]
-    if not rows:
-        return []
-    return (["", "### Robustness", "", "| " + " | ".join(SUMMARY_HEAD) + " |", "|---|--:|--:|---|--:|--:|"]
-            + ["| " + " | ".join(_cell(c) for c in [f"`{tid}`"] + cells) + " |" for tid, cells in rows])
 
 
 def _what_failed(t: TargetResult) -> str:
@@ -92,10 +60,18 @@ def render(report: Report, diff: Diff | None = None) -> str:
         lines.append("")
     if diff is not None:
         lines += _diff_lines(diff)
-    lines += ["| target | status | max \\|Δ\\| | cosine | top-1 | accuracy | size | p50 ms | × ref |",
-              "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
-    lines += [_row(t) for t in report.targets]
-    lines += _robustness(report)
+    from types import SimpleNamespace
+
+    from portability.metrics import columns, sections
+
+    cols = columns("markdown", report)
+    lines += ["| " + " | ".join(["target", "status"] + [c.head("markdown") for c in cols]) + " |",
+              "|---|---|" + "--:|" * len(cols)]
+    lines += [_row(t, cols) for t in report.targets]
+    page = SimpleNamespace(cell=_cell)
+    for sec in sections("markdown"):
+        text = sec.render(report, page)
+        lines += text.split("\n") if text else []
     from portability.report.versions import tables
 
     for pkg, head, rows in tables(report):

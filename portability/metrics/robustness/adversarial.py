@@ -1,7 +1,7 @@
 """Adversarial examples crafted on the source model (FGSM and PGD, L∞), for the robustness pass.
 
 Only a differentiable source has gradients: a PyTorch ``torch.export`` program (``.pt2``) or a Keras 3
-``.keras`` model. The crafting runs in a child process (``python -m portability.engine.adversarial
+``.keras`` model. The crafting runs in a child process (``python -m portability.metrics.robustness.adversarial
 JOB.json``) so that torch / TensorFlow never load into the check's process; the child writes the examples
 to an ``.npz`` the check appends to the perturbed set, one group per attack and ε, so that every target
 runs exactly the same adversarial inputs.
@@ -85,7 +85,7 @@ def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float
         env = sbx.private_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1"), d / "tmp")
         sb = sbx.Sandbox(mode=sandbox or sbx.default_mode(), read=(str(model_folder(model.path)),), write=(str(d),))
         try:
-            p = subprocess.run(sbx.command(sb, [sys.executable, "-m", "portability.engine.adversarial", str(d / "job.json")]),
+            p = subprocess.run(sbx.command(sb, [sys.executable, "-m", "portability.metrics.robustness.adversarial", str(d / "job.json")]),
                                capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env,
                                cwd=d)
         except subprocess.TimeoutExpired:

@@ -1,11 +1,11 @@
 """Robustness (``--robustness``): how a target's predictions hold up on perturbed and adversarial inputs,
 next to the reference's predictions on the very same inputs.
 
-Per perturbation family and level (``core.perturb``): ``accuracy`` (labelled data only), ``flip_rate``
+Per perturbation family and level (``metrics.robustness.perturb``): ``accuracy`` (labelled data only), ``flip_rate``
 (the share of perturbed samples whose top-1 class differs from the reference's top-1 on the same
 perturbed input; null for the reference itself) and ``changed`` (the share whose top-1 differs from this
 target's own clean prediction). ``first_disagreement``: per family, the smallest level with a flip rate
-above zero. Adversarial examples (FGSM, PGD, crafted on the source model: ``engine.adversarial``) give
+above zero. Adversarial examples (FGSM, PGD, crafted on the source model: ``metrics.robustness.adversarial``) give
 per ε the ``success_rate`` (see ``adversarial.success``) and its difference from the reference's.
 
 Reported, never gating: no default threshold.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from portability.metrics.base import Column, Section, fmt
 from portability.metrics.drift import top1
 
 FIELDS = {"robustness": None}
@@ -147,3 +148,36 @@ def summary(metrics: dict) -> list[str] | None:
 
     worst = r.get("worst_flip_rate")
     return [str(r.get("samples")), "–" if worst is None else f"{worst:.3f}", flips, attack("fgsm"), attack("pgd")]
+
+
+COLUMNS = (Column("worst flip", lambda t, medium: fmt(worst_flip(t.metrics or {}), ".3f", medium), media=("terminal",),
+                  shown=lambda report: any((t.metrics or {}).get("robustness") for t in report.targets)),)
+
+
+def _html(report, page) -> str:
+    """The robustness summary per target, and what was perturbed; empty without ``--robustness``."""
+    e = page.e
+    rows = [[e(t.id)] + [e(c) for c in cells] for t in report.targets if (cells := summary(t.metrics or {}))]
+    if not rows:
+        return ""
+    desc = (report.inputs or {}).get("robustness") or {}
+    fams = "; ".join(f"{e(f)} {e(', '.join(f'{v:g}' for v in lv))}" for f, lv in (desc.get("families") or {}).items())
+    adv = desc.get("adversarial") or {}
+    adv_s = (f"adversarial: FGSM and PGD crafted on {e(adv.get('crafted_on'))}; success rate: the share of samples "
+             f"whose prediction differs from the {e(adv.get('labels'))}" if adv.get("available")
+             else f"adversarial: not available ({e(adv.get('reason'))})")
+    return (f"<p class=meta>{e(desc.get('samples'))} samples, seed {e(desc.get('seed'))}; levels: {fams}. "
+            f"Flip rate: the share of perturbed samples whose top-1 class differs from the reference's on the same "
+            f"input. {adv_s}</p>" + page.table(SUMMARY_HEAD, rows))
+
+
+def _markdown(report, page) -> str:
+    rows = [(t.id, summary(t.metrics or {})) for t in report.targets]
+    rows = [(tid, cells) for tid, cells in rows if cells]
+    if not rows:
+        return ""
+    return "\n".join(["", "### Robustness", "", "| " + " | ".join(SUMMARY_HEAD) + " |", "|---|--:|--:|---|--:|--:|"]
+                     + ["| " + " | ".join(page.cell(c) for c in [f"`{tid}`"] + cells) + " |" for tid, cells in rows])
+
+
+SECTIONS = (Section("Robustness", _html, place="summary"), Section("Robustness", _markdown, medium="markdown"))

@@ -1,6 +1,6 @@
 """The robustness pass of a check (``--robustness``): the perturbed set, built once from the check's
-inputs (``core.perturb``), plus adversarial examples crafted on a differentiable source
-(``engine.adversarial``). Every target runs the whole set after its clean batches, in the same worker
+inputs (``metrics.robustness.perturb``), plus adversarial examples crafted on a differentiable source
+(``metrics.robustness.adversarial``). Every target runs the whole set after its clean batches, in the same worker
 call (``Job.extra_feeds``); the metrics compare each target's predictions on it with the reference's
 (``metrics.robustness``)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from portability.core import perturb
+from portability.metrics.robustness import perturb
 from portability.core.protocol import save_feeds
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class Robustness:
 
 
 def prepare(model, feeds, opts, workdir: Path) -> Robustness:
-    from portability.engine import adversarial
+    from portability.metrics.robustness import adversarial
 
     ps = perturb.build(feeds.arrays, feeds.labels, opts.robustness_samples, opts.seed, opts.value_range,
                        model.index_bounds)

@@ -12,7 +12,7 @@ given as a fraction of the input's value range (floats) or of the positions subs
 - ``substitution`` (integer inputs of 2 or more dims, e.g. token ids): a fraction ``level`` of the
   positions replaced by random ids inside the valid id range.
 
-Adversarial groups (``fgsm``, ``pgd``; ``engine.adversarial``) are appended to the same set by the check.
+Adversarial groups (``fgsm``, ``pgd``; ``metrics.robustness.adversarial``) are appended to the same set by the check.
 """
 from __future__ import annotations
 
