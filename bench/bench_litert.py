@@ -41,7 +41,7 @@ def check(model: Path, target: str, cache: Path, runs: int, warmup: int) -> tupl
 def cached_tflite(model: Path, target: str, cache: Path) -> tuple[Path, dict]:
     """The artifact the check used: the same chain through the same cache (a hit, converts nothing)."""
     from portability.converters.base import ConvertContext
-    from portability.engine.cache import Cache
+    from portability.workers.cache import Cache
     from portability.core.model import load_model
     from portability.core.target import load_class
     from portability.engine import plan

@@ -28,7 +28,7 @@ def models(given: list[str]) -> list[Path]:
         return [Path(m) for m in given]
     found = sorted((ROOT / "fixtures").glob("*.onnx")) + sorted((ROOT / "fixtures" / "realworld").glob("*.onnx"))
     sys.path.insert(0, str(ROOT))
-    from portability.engine.cache import default_root
+    from portability.workers.cache import default_root
 
     study = default_root() / "study" / "models"
     for meta in sorted(study.glob("*/meta.json")):

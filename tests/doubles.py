@@ -51,7 +51,7 @@ class Echo(OrtCpu):
     named ``PORTABILITY_ECHO_*`` and numpy's BLAS threads (the worker pool's tests)."""
 
     def details(self):
-        from portability.engine.worker_zygote import blas_threads
+        from portability.workers.worker_zygote import blas_threads
 
         env = {k: v for k, v in os.environ.items() if k.startswith("PORTABILITY_ECHO_")}
         return {**super().details(), "echo": {"ppid": os.getppid(), "env": env, "blas_threads": blas_threads(),

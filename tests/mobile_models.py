@@ -7,7 +7,7 @@ import numpy as np
 
 from portability.converters.base import ConvertContext
 from portability.core.artifact import Artifact
-from portability.engine.cache import Cache
+from portability.workers.cache import Cache
 from portability.targets.base import load_class
 
 

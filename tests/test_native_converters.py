@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES
 from portability.converters.base import ConvertContext
 from portability.core.target import load_class
-from portability.engine.cache import Cache
+from portability.workers.cache import Cache
 from portability.engine.plan import plan
 from portability.sources import load_source_isolated
 from portability.targets import registry

@@ -1,4 +1,4 @@
-"""Workers forked from the pre-imported pool (``engine/worker_pool.py``): they report like fresh ones, die
+"""Workers forked from the pre-imported pool (``workers/worker_pool.py``): they report like fresh ones, die
 like fresh ones, see their job's environment, and the pool never outlives its check or its parent."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ ECHO = "doubles:Echo"
 
 @pytest.fixture
 def pool(monkeypatch):
-    from portability.engine import worker_pool
+    from portability.workers import worker_pool
 
     monkeypatch.delenv(worker_pool.SWITCH, raising=False)
     worker_pool.shutdown()
@@ -45,14 +45,14 @@ def _job(tmp_path, runtime: str = ECHO):
 
 
 def _run(tmp_path, job, name: str = "w"):
-    from portability.engine.options import Limits
-    from portability.engine.runner import run_worker
+    from portability.core.limits import Limits
+    from portability.workers.runner import run_worker
 
     return run_worker(job, tmp_path / name, Limits(convert_timeout_s=120, run_timeout_s=120))
 
 
 def _fresh_blas_threads(env: dict | None = None) -> int | None:
-    code = "import numpy\nfrom portability.engine.worker_zygote import blas_threads\nprint(blas_threads())"
+    code = "import numpy\nfrom portability.workers.worker_zygote import blas_threads\nprint(blas_threads())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env=dict(os.environ, **(env or {})))
     return json.loads(out.stdout.strip().replace("None", "null"))
@@ -103,7 +103,7 @@ def test_workers_start_fresh_when_the_pool_is_off_or_gone(tmp_path, pool, monkey
     zygote = psutil.Process(pool.pid())
     zygote.kill()
     zygote.wait(30)
-    with caplog.at_level(logging.WARNING, logger="portability.engine.worker_pool"):
+    with caplog.at_level(logging.WARNING, logger="portability.workers.worker_pool"):
         wr = _run(tmp_path, _job(tmp_path), "gone")
     assert wr.status == "ok" and wr.details["echo"]["ppid"] == os.getpid()
     assert any("worker pool stopped" in r.getMessage() for r in caplog.records)
@@ -112,7 +112,7 @@ def test_workers_start_fresh_when_the_pool_is_off_or_gone(tmp_path, pool, monkey
 _PARENT = """
 import sys, time
 from pathlib import Path
-from portability.engine import runner, worker_pool
+from portability.workers import runner, worker_pool
 proc = worker_pool.spawn(Path(sys.argv[1]), Path(sys.argv[2]), runner.worker_env())
 print(worker_pool.pid(), proc.pid, flush=True)
 proc.stdout.readline()  # the worker started

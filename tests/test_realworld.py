@@ -150,7 +150,7 @@ def test_static_model_cache_keys_ignore_shapes(tmp_path):
     from portability.converters.base import ConvertContext
     from portability.converters.onnx2tf import SavedModelFromOnnx
     from portability.core.artifact import Artifact
-    from portability.engine.cache import cache_key
+    from portability.workers.cache import cache_key
 
     src = Artifact(path=FIXTURES / "lenet.onnx", format="onnx", sha256="abc")
     plain = cache_key(src, SavedModelFromOnnx(), {}, ConvertContext())

@@ -102,7 +102,7 @@ def test_a_lookup_that_misses_lists_what_exists():
 
 FOUNDATIONS = "portability.core"
 ABOVE = ("portability.engine", "portability.targets", "portability.converters", "portability.report",
-         "portability.runtimes", "portability.web", "portability.mobile", "portability.cli")
+         "portability.runtimes", "portability.web", "portability.mobile", "portability.cli", "portability.workers")
 
 
 def _imports(path: Path) -> set[str]:
@@ -134,7 +134,7 @@ def test_no_function_over_the_size_limit():
 
 
 REGISTRIES = ["targets/__init__.py", "targets/server.py", "targets/web.py", "targets/mobile.py", "converters/registry.py",
-              "sources/__init__.py", "runtimes/__init__.py", "engine/services.py"]
+              "sources/__init__.py", "runtimes/__init__.py", "workers/services.py"]
 
 
 def test_the_package_ships_no_test_doubles_and_its_registries_read_no_environment_at_import():
@@ -188,7 +188,8 @@ def _package_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], list[st
 
 def test_the_package_has_no_import_loop_between_its_subpackages():
     """Each subpackage stands on those below it: core at the bottom, then metrics, sources, converters, the
-    shared web and mobile machinery, runtimes, targets, engine, report, and the commands at the top."""
+    shared web and mobile machinery, runtimes, targets, the worker machinery, engine, report, and the
+    commands at the top."""
     edges, where = _package_graph()
 
     def reaches(a: str, b: str, seen: set[str]) -> bool:
@@ -196,3 +197,21 @@ def test_the_package_has_no_import_loop_between_its_subpackages():
 
     loops = sorted((a, b, where[(a, b)][0]) for a in edges for b in edges[a] if reaches(b, a, set()))
     assert not loops, f"import loops (package, package it imports, where): {loops}"
+
+
+def test_the_engine_reaches_the_worker_machinery_only_through_its_seam():
+    """Orchestration (engine/) imports ``portability.workers`` and the names it exports, never one of its
+    modules; the worker machinery imports nothing from the engine."""
+    import portability.workers as seam
+
+    inner = {f"portability.workers.{p.stem}" for p in (PKG / "workers").glob("*.py") if p.stem != "__init__"}
+    for path in sorted((PKG / "engine").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "portability.workers":
+                assert all(a.name in seam.__all__ for a in node.names), (path.name, [a.name for a in node.names])
+        assert not (_imports(path) & inner), f"engine/{path.name} imports {sorted(_imports(path) & inner)}"
+    for path in (PKG / "workers").glob("*.py"):
+        assert not any(m.startswith("portability.engine") for m in _imports(path)), f"workers/{path.name}"
+    for name in seam.__all__:
+        assert getattr(seam, name) is not None

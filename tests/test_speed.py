@@ -26,7 +26,7 @@ def _leftovers(marker: str) -> list[str]:
         try:
             cmd = " ".join(p.cmdline())
             if p.status() != psutil.STATUS_ZOMBIE and marker in cmd and (
-                    "chromium" in cmd or "portability.engine.worker" in cmd or "portability-chromium" in cmd):
+                    "chromium" in cmd or "portability.workers.worker" in cmd or "portability-chromium" in cmd):
                 out.append(f"{p.pid} {cmd[:120]}")
         except psutil.Error:
             continue
@@ -54,7 +54,7 @@ def _admit_later(g, tid: str) -> threading.Event:
 
 
 def test_timing_gate_times_one_at_a_time_when_nothing_else_works():
-    from portability.engine.schedule import TimingGate
+    from portability.workers.schedule import TimingGate
 
     g = TimingGate(jobs=2, parked=8)
     g.admit("a")
@@ -73,7 +73,7 @@ def test_timing_gate_times_one_at_a_time_when_nothing_else_works():
 
 
 def test_a_parked_worker_frees_its_slot_and_times_when_nothing_is_left_to_start():
-    from portability.engine.schedule import TimingGate
+    from portability.workers.schedule import TimingGate
 
     g = TimingGate(jobs=1, parked=8)
     g.admit("a")
@@ -89,7 +89,7 @@ def test_a_parked_worker_frees_its_slot_and_times_when_nothing_is_left_to_start(
 
 
 def test_parked_workers_time_before_more_targets_start_when_too_many_wait():
-    from portability.engine.schedule import TimingGate
+    from portability.workers.schedule import TimingGate
 
     g = TimingGate(jobs=1, parked=2)
     for tid in ("a", "b"):
@@ -106,7 +106,7 @@ def test_parked_workers_time_before_more_targets_start_when_too_many_wait():
 
 
 def test_targets_start_in_the_order_asked_and_low_memory_drains_the_parked_first():
-    from portability.engine.schedule import TimingGate
+    from portability.workers.schedule import TimingGate
 
     low = threading.Event()
     g = TimingGate(jobs=1, parked=8, memory_low=low.is_set)
@@ -135,7 +135,7 @@ def _wait_until(cond, timeout: float = 5.0) -> None:
 
 
 def test_a_worker_waiting_for_a_conversion_gives_its_slot_back():
-    from portability.engine.schedule import TimingGate
+    from portability.workers.schedule import TimingGate
 
     g = TimingGate(jobs=1, parked=8)
     g.admit("a")
@@ -151,7 +151,7 @@ def test_a_worker_waiting_for_a_conversion_gives_its_slot_back():
 
 
 def test_targets_waiting_for_a_service_resume_in_the_order_they_were_admitted():
-    from portability.engine.schedule import TimingGate
+    from portability.workers.schedule import TimingGate
 
     g = TimingGate(jobs=1, parked=8)
     for tid in ("a", "b", "c"):  # each admitted, then waits for the shared service to start
@@ -173,7 +173,7 @@ def test_targets_waiting_for_a_service_resume_in_the_order_they_were_admitted():
 
 
 def test_planned_targets_start_in_plan_order_and_a_group_works_one_at_a_time():
-    from portability.engine.schedule import TimingGate
+    from portability.workers.schedule import TimingGate
 
     g = TimingGate(jobs=2, parked=8)
     g.plan([("gpu1", "gpu"), ("gpu2", "gpu"), ("cpu1", None), ("gone", None), ("cpu2", None)])
@@ -201,7 +201,7 @@ def test_a_conversion_another_process_holds_is_awaited_and_announced(tmp_path):
     from portability.converters.base import ConvertContext
     from portability.converters.onnx_snapshot import OnnxFromOnnx
     from portability.core.artifact import Artifact
-    from portability.engine.cache import Cache, cache_key
+    from portability.workers.cache import Cache, cache_key
 
     src = Artifact(path=FIXTURES / "mlp.onnx", format="onnx", sha256="abc")
     conv, ctx = OnnxFromOnnx(), ConvertContext()
@@ -222,7 +222,7 @@ def test_a_conversion_another_process_holds_is_awaited_and_announced(tmp_path):
 
 def test_the_costliest_targets_start_first():
     from portability.core.target import load_class
-    from portability.engine import schedule
+    from portability.workers import schedule
     from portability.targets import expand
 
     targets = expand("server,web,mobile")
@@ -235,7 +235,7 @@ def test_conversion_runs_once_for_parallel_targets(tmp_path):
     """Two workers needing the same conversion at once: one converts, the other waits and reuses it."""
     from portability.converters.base import ConvertContext, Converter
     from portability.core.artifact import Artifact
-    from portability.engine.cache import Cache
+    from portability.workers.cache import Cache
 
     calls = []
 
@@ -315,7 +315,7 @@ def test_a_conversion_that_failed_fails_the_checks_other_targets_without_convert
     from portability.converters.base import ConvertContext, Converter
     from portability.core.artifact import Artifact
     from portability.core.errors import ConvertError
-    from portability.engine.cache import Cache
+    from portability.workers.cache import Cache
 
     calls = []
 

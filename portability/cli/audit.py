@@ -77,7 +77,7 @@ def _corpus(err, spec: Path | None, onnx_conformance: bool, ops: str | None, cas
     if spec is not None:
         raise UsageError("--onnx-conformance builds its own corpus: give no folder or manifest")
     from portability.engine import conformance
-    from portability.engine.cache import default_root
+    from portability.core.dirs import default_root
 
     err.print("audit: building the ONNX conformance corpus from the installed onnx package…", highlight=False)
     found, left_out = conformance.build(default_root() / "onnx-conformance",

@@ -1,7 +1,7 @@
 """The Converter interface: one conversion per class, named ``<Output>From<Input>``.
 
 ``convert`` is a pure function of (input bytes, converter version, options, calibration data): the
-pipeline calls it through the content-addressed cache (``portability.engine.cache``), so a second run
+pipeline calls it through the content-addressed cache (``portability.workers.cache``), so a second run
 with the same inputs converts nothing. Converters run inside a worker process.
 """
 from __future__ import annotations

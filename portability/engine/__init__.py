@@ -1,3 +1,5 @@
-"""The orchestration of a check: the pipeline, the worker processes that run targets, the artifact cache.
+"""The orchestration of a check: plan, pipeline, verdict, options and settings files, sessions, audits.
 
-Built on the foundations in ``portability.core`` (which import nothing from here)."""
+Targets run in worker processes through one seam, ``portability.workers`` (a typed ``Job`` in, a typed
+``WorkerResult`` out); nothing here imports the worker machinery's modules. Built on the foundations in
+``portability.core`` (which import nothing from here)."""

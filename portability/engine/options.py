@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from portability.core.errors import UsageError
-
-
-@dataclass(frozen=True)
-class Limits:
-    convert_timeout_s: float
-    run_timeout_s: float
-    memory_mb: float | None = None
+from portability.core.limits import Limits
 
 
 #: the share of this machine's memory a target may use when no limit is given

@@ -20,11 +20,9 @@ from portability.core import inputs as inp
 from portability.core.errors import UsageError
 from portability.core.model import ModelInfo
 from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
-from portability.engine import confine, plan, verdict, versions
+from portability.engine import plan, verdict, versions
 from portability.engine.options import CheckOptions, Limits
-from portability.engine.runner import kill_all, log_tail, run_worker, shutdown
-from portability.engine.schedule import TimingGate, by_cost
-from portability.engine.services import Services
+from portability.workers import Services, TimingGate, by_cost, confine, kill_all, log_tail, run_worker, shutdown
 from portability import metrics
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
@@ -169,7 +167,7 @@ class _Run:
 
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
         """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
-        (``engine/schedule.py``); the results in the order of ``targets``."""
+        (``workers/schedule.py``); the results in the order of ``targets``."""
         order = by_cost(targets, lambda t: self._runtime(t).cost)
         self.gate.plan([(t.id, self._runtime(t).contends) for t in order])
         pool = ThreadPoolExecutor(max_workers=min(len(order), self.gate.threads()) or 1)
@@ -314,7 +312,7 @@ def _versions(targets: list[Target], opts: CheckOptions, progress) -> tuple[list
     versioned target a version that could not be installed (its skip reason)."""
     if not opts.versions:
         return targets, {}, {}
-    from portability.engine.cache import default_root
+    from portability.core.dirs import default_root
 
     say = getattr(progress, "note", None) or (lambda s: log.info("%s", s))
     return versions.expand(targets, opts.versions, Path(opts.cache_dir) if opts.cache_dir else default_root(), say)

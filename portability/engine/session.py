@@ -7,7 +7,7 @@ them all.
 """
 from __future__ import annotations
 
-from portability.engine.services import Services
+from portability.workers import Services
 
 
 class Session:
@@ -31,7 +31,7 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        from portability.engine.runner import shutdown
+        from portability.workers import shutdown
 
         try:
             self.services.close()

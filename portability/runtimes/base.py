@@ -43,7 +43,7 @@ class Facts:
     contends: str | None
     service: str | None
     network: str
-    #: the service's provider: ``("module:Class", flavour)`` (``engine/services.py`` starts it)
+    #: the service's provider: ``("module:Class", flavour)`` (``workers/services.py`` starts it)
     provider: tuple[str, Any] | None = None
 
 class Runtime(ABC):
@@ -134,7 +134,7 @@ class Runtime(ABC):
 
     @classmethod
     def service(cls, options: dict[str, Any]) -> str | None:
-        """The shared service this runtime uses, if any (``engine/services.py``: a browser flavour, the
+        """The shared service this runtime uses, if any (``workers/services.py``: a browser flavour, the
         emulated ARM64 interpreter): the check starts it once and gives its endpoint in ``services``."""
         return None
 

@@ -171,7 +171,7 @@ def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
 
 class _Study:
     def __init__(self, o: StudyOptions, progress: Progress):
-        from portability.engine.cache import default_root
+        from portability.core.dirs import default_root
 
         self.o, self.progress = o, progress
         self.cells = validate(o)

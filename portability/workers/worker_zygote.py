@@ -1,9 +1,9 @@
-"""The worker pool's fork server (the *zygote*): ``python -m portability.engine.worker_zygote CONTROL_FD [LABEL]``.
+"""The worker pool's fork server (the *zygote*): ``python -m portability.workers.worker_zygote CONTROL_FD [LABEL]``.
 
 It imports numpy and the worker's own modules once (``PRELOAD``), with no thread but its main one, then
-serves requests from its parent (``engine/worker_pool.py``, which describes the protocol) on the control
+serves requests from its parent (``workers/worker_pool.py``, which describes the protocol) on the control
 socket: for each job it forks a child that turns into the worker a fresh
-``python -m portability.engine.worker JOB`` would be (``_become_worker``), tells the parent the child's pid,
+``python -m portability.workers.worker JOB`` would be (``_become_worker``), tells the parent the child's pid,
 and, once it has reaped the child, its exit status.
 
 Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start threads) and onnxruntime
@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 #: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``
-PRELOAD = ("numpy", "portability.core.protocol", "portability.engine.worker", "portability.engine.cache",
+PRELOAD = ("numpy", "portability.core.protocol", "portability.workers.worker", "portability.workers.cache",
            "portability.converters.base", "portability.core.artifact", "portability.core.target",
            "portability.core.errors", "portability.runtimes.base", "portability.metrics.latency")
 #: never in the zygote: heavy, and they start threads (only the targets that need them import them)
@@ -266,7 +266,7 @@ def _send(conn: socket.socket, msg: dict) -> None:
 
 
 def _become_worker(req: _Request, start_cwd: str) -> int:
-    """In the forked child: turn into the worker a fresh ``python -m portability.engine.worker JOB`` would be."""
+    """In the forked child: turn into the worker a fresh ``python -m portability.workers.worker JOB`` would be."""
     import atexit as _atexit
     import importlib
 
@@ -288,7 +288,7 @@ def _become_worker(req: _Request, start_cwd: str) -> int:
     os.environ.update(req.env)
     if sys.path and sys.path[0] == start_cwd:  # ``-m`` put the start folder first, as it puts the job's
         sys.path[0] = os.getcwd()
-    sys.argv = [sys.modules["portability.engine.worker"].__file__, req.job]
+    sys.argv = [sys.modules["portability.workers.worker"].__file__, req.job]
     importlib.invalidate_caches()
     tempfile.tempdir = None  # read from the job's TMPDIR again
     fns = _openblas()
@@ -297,13 +297,13 @@ def _become_worker(req: _Request, start_cwd: str) -> int:
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()  # the legacy global generator, seeded in the zygote (random reseeds itself)
     _atexit._clear()  # the zygote's exit handlers are not the worker's
-    from portability.engine import worker
+    from portability.workers import worker
 
     return worker.main([req.job])
 
 
 def main(argv: list[str]) -> int:
-    """The zygote: ``python -m portability.engine.worker_zygote CONTROL_FD [LABEL]`` (LABEL: what it serves)."""
+    """The zygote: ``python -m portability.workers.worker_zygote CONTROL_FD [LABEL]`` (LABEL: what it serves)."""
     ctl = socket.socket(fileno=int(argv[0]))
     ctl.set_inheritable(False)
     start_cwd = os.getcwd()

@@ -1,11 +1,11 @@
 """Workers started warm: a fork server that has already imported what every worker imports.
 
-A check starts one server process (the *zygote*, ``engine/worker_zygote.py``) on its first worker and stops
+A check starts one server process (the *zygote*, ``workers/worker_zygote.py``) on its first worker and stops
 it when it ends (:func:`shutdown`). The zygote imports numpy and the worker's own modules once, then waits
 on a control socket. For each job it forks a child that becomes the worker: its own session (the parent
 kills it as a tree with ``os.killpg``), the pipes and log file it was handed as stdin/stdout/stderr, the
 job's folder as working directory, the job's environment as ``os.environ``, then
-``portability.engine.worker.main``. Every job is still its own process; only the interpreter's start-up and
+``portability.workers.worker.main``. Every job is still its own process; only the interpreter's start-up and
 the imports are no longer paid per target.
 
 Protocol (no pickle): the parent and the zygote share a ``SOCK_SEQPACKET`` socket pair. A request is one
@@ -14,7 +14,7 @@ connection (a stream socket pair, one end kept by the parent), the worker's stdi
 end) and log file. On that connection the zygote answers ``{"pid": N}`` (or ``{"error": ...}``) once it has
 forked, and ``{"returncode": R}`` when it has reaped the worker (``-signal`` for a worker killed by a
 signal, as :class:`subprocess.Popen` reports it). :class:`PooledProcess` is the parent's handle: what
-``engine.runner`` uses of a ``Popen``.
+``workers.runner`` uses of a ``Popen``.
 
 Why a small server of our own rather than ``multiprocessing``'s forkserver: the worker must get exactly the
 descriptors the runner made (pipes read with ``selectors``, the log file), a session of its own, the job's
@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from portability.engine.worker_zygote import PoolError, startup_env
+from portability.workers.worker_zygote import PoolError, startup_env
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def enabled() -> bool:
 
 
 class PooledProcess:
-    """A worker forked by the zygote, with what ``engine.runner`` uses of :class:`subprocess.Popen`: ``pid``,
+    """A worker forked by the zygote, with what ``workers.runner`` uses of :class:`subprocess.Popen`: ``pid``,
     ``stdin``, ``stdout``, ``poll()``, ``wait()``, ``returncode`` (negative: killed by that signal)."""
 
     def __init__(self, pid: int, conn: socket.socket, stdin, stdout, args: list[str], buffered: bytes = b""):
@@ -161,7 +161,7 @@ class _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         zenv = dict(env, OPENBLAS_NUM_THREADS="1")  # numpy's import starts no thread; workers set their own
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "portability.engine.worker_zygote", str(theirs.fileno()), label],
+            self.proc = subprocess.Popen([sys.executable, "-m", "portability.workers.worker_zygote", str(theirs.fileno()), label],
                                          pass_fds=(theirs.fileno(),), env=zenv, cwd="/", stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=self.errors, start_new_session=True)
         except OSError as e:
@@ -232,7 +232,7 @@ class _Zygote:
             ours.close()
             raise PoolError(d.get("error") or "no answer")
         return PooledProcess(int(d["pid"]), ours, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"),
-                             [sys.executable, "-m", "portability.engine.worker", str(job_file)], rest)
+                             [sys.executable, "-m", "portability.workers.worker", str(job_file)], rest)
 
     def close(self, wait_s: float = 15) -> None:
         """Stops the zygote (and any worker it still has) and waits for it; killed after ``wait_s``."""

@@ -17,9 +17,9 @@ from typing import Callable
 
 from portability.core.protocol import Job, Phase, WorkerResult
 from portability.core.status import Status
-from portability.engine import worker_pool
-from portability.engine.options import Limits
-from portability.engine.schedule import NoGate
+from portability.workers import worker_pool
+from portability.core.limits import Limits
+from portability.workers.schedule import NoGate
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def kill_all() -> None:
 
 
 def shutdown() -> None:
-    """The end of a check: stop the pre-started worker pool (``engine/worker_pool.py``) if one runs."""
+    """The end of a check: stop the pre-started worker pool (``workers/worker_pool.py``) if one runs."""
     worker_pool.shutdown()
 
 
@@ -126,7 +126,7 @@ def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen | worker_pool.Poo
     if proc is not None:
         return proc
     with open(log_file, "wb") as errf:
-        return subprocess.Popen([python or sys.executable, "-m", "portability.engine.worker", str(job_file)],
+        return subprocess.Popen([python or sys.executable, "-m", "portability.workers.worker", str(job_file)],
                                 stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.PIPE,
                                 start_new_session=True, env=env, cwd=job_file.parent)
 

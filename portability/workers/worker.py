@@ -1,4 +1,4 @@
-"""The worker: one target, in its own process. ``python -m portability.engine.worker JOB.json``.
+"""The worker: one target, in its own process. ``python -m portability.workers.worker JOB.json``.
 
 It converts (through the cache), loads, runs every input batch, times, and writes a
 :class:`~portability.core.protocol.WorkerResult` (``result.json``) and the outputs (``save_outputs``).
@@ -128,7 +128,7 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
     from portability.core.errors import TargetError, Unavailable
     from portability.core.protocol import load_feeds
     from portability.core.target import load_class
-    from portability.engine.cache import Cache
+    from portability.workers.cache import Cache
 
     p = _Progress()
     runtime = None

@@ -11,7 +11,7 @@ from portability.core.sandbox import Sandbox
 
 
 def cache_root(cache_dir: Path | None) -> Path:
-    from portability.engine.cache import default_root
+    from portability.workers.cache import default_root
 
     return Path(cache_dir) if cache_dir else default_root()
 
