@@ -317,3 +317,15 @@ def test_reports_and_diff_ask_every_registered_metric(monkeypatch):
     md, page = markdown.render(report(4.0)), html.render(report(4.0))
     assert "| energy mJ |" in md and "| 4.0 |" in md
     assert "<th>energy mJ</th>" in page and "<h2>Energy</h2>" in page and "every one" in page
+
+
+def test_snr_is_the_references_energy_over_the_differences_in_db():
+    import numpy as np
+
+    from portability.metrics.drift import output_drift
+
+    r = np.linspace(-1.0, 1.0, 101)
+    assert output_drift(r, r)["snr_db"] == float("inf")
+    assert output_drift(r, 0.9 * r)["snr_db"] == 20.0  # a difference of a tenth of the signal: 20 dB
+    assert output_drift(r, 0.99 * r)["snr_db"] == 40.0
+    assert output_drift(np.zeros(4), np.ones(4))["snr_db"] == float("-inf")

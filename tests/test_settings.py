@@ -96,3 +96,25 @@ def test_threshold_flags_come_from_the_metrics():
     flags = {setting(t.flag.lstrip("-").replace("-", "_")).threshold: t for t in threshold_flags().values()}
     assert set(flags) == set(threshold_flags()) and "top1_agreement" in flags
     assert resolve({"min_top1": 0.5}).thresholds == {"top1_agreement": 0.5}
+
+
+def test_scores_output_chooses_the_output_accuracy_reads(tmp_path):
+    """A setting added by its declaration alone reaches the flag, the API and the check."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import portability
+    from conftest import FIXTURES, run_cli
+
+    model = FIXTURES / "two_outputs.onnx"
+    x = np.random.default_rng(0).random((16, 8), dtype=np.float32)
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    y = np.array([int(np.argmax(sess.run(["features"], {"x": b[None]})[0])) for b in x])
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    chosen = portability.check(model, targets="server/ort-cpu", dataset=tmp_path / "d.npz", scores_output="features",
+                               runs=0)
+    default = portability.check(model, targets="server/ort-cpu", dataset=tmp_path / "d.npz", runs=0)
+    assert chosen.targets[0].metrics["accuracy"] == 1.0
+    assert default.targets[0].metrics["accuracy"] < 1.0  # 'probs' (4 classes) is read by default
+    bad = run_cli("check", str(model), "--scores-output", "nope", "--no-history")
+    assert bad.returncode == 2 and "--scores-output nope: the model has no such output (outputs: probs, features)" in bad.stderr

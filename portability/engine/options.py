@@ -56,6 +56,8 @@ class CheckOptions:
     sandbox: str
     #: {package: [versions]}: the targets using a package run once more per version (``engine.versions``)
     versions: dict
+    #: the output read as class scores for accuracy and robustness (None: the first that looks like scores)
+    scores_output: str | None
     #: global threshold overrides, then per-target ones ({target id: {name: bound}}) — user settings
     thresholds: dict = field(default_factory=dict)
     target_thresholds: dict = field(default_factory=dict)
@@ -248,6 +250,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shapes", list, None, "Fix dynamic dims: NAME=1x3x224x224 (repeatable). Default: leading dim 1, others "
             "32, with a warning. The converters get them too.", INPUTS, parse=_shapes, flag="--shape",
             commands=_AUDIT, file=(list, dict)),
+    Setting("scores_output", str, None, "The output that holds class scores, for accuracy with --dataset and for "
+            "robustness (default: {default}).", INPUTS, commands=_AUDIT, shown="the first [batch, classes] float output"),
     Setting("samples", int, None, "Synthesized batches (default 8), or the most dataset samples to use (default "
             "all).", INPUTS, parse=_number(int), min=1, commands=_AUDIT),
     Setting("seed", int, 0, "Seed of synthesized inputs (default {default}).", INPUTS, parse=_number(int)),

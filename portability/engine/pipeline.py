@@ -102,6 +102,9 @@ class _Run:
         self.ref_perturbed: dict[str, np.ndarray] = {}
         self.in_names = tuple(i.name for i in model.inputs)
         self.out_names = tuple(o.name for o in model.outputs)
+        if opts.scores_output and opts.scores_output not in self.out_names:
+            raise UsageError(f"--scores-output {opts.scores_output}: the model has no such output "
+                             f"(outputs: {', '.join(self.out_names)})")
         #: the static shape of every input with a dynamic dimension, as the feeds have it: what converters get
         self.input_shapes = {s.name: [int(d) for d in feeds.arrays[s.name].shape[1:]] for s in model.inputs
                              if any(not isinstance(d, int) for d in s.shape)}
@@ -255,7 +258,7 @@ class _Run:
         is_ref = target.id == self.reference
         outs = load_outputs(wdir / "outputs.npz", self.out_names) if wr.ok else {}
         if is_ref and wr.ok:
-            self.score_name = acc.score_output(outs)
+            self.score_name = self.opts.scores_output or acc.score_output(outs)
         rob = self.robustness
         extra = load_outputs(wdir / "extra_outputs.npz", self.out_names) if wr.ok and rob else {}
         ev = Evaluation(worker=wr, outputs=outs, reference=None if is_ref else self.ref_outputs,

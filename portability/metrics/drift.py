@@ -109,19 +109,22 @@ def _per_output(report, page) -> str:
             rows.append([page.e(t.id), f"<code>{page.e(name)}</code>", f'<span class="bad">{ma}</span>' if over else ma,
                          num(thr.get("max_abs"), ".0e"), num(o.get("max_abs_steps"), ".2f"), num(o.get("max_rel"), ".2e"),
                          num(o.get("mean_abs"), ".2e"), num(o.get("rmse"), ".2e"), num(o.get("p99_abs"), ".2e"),
-                         num(o.get("cosine"), ".7f"), num(o.get("top1_agreement"), ".4f")])
+                         num(o.get("snr_db"), ".1f"), num(o.get("cosine"), ".7f"), num(o.get("top1_agreement"), ".4f")])
     if not rows:
         return "<p>No target produced outputs to compare.</p>"
     return page.table(["target", "output", "max_abs", "threshold", "steps", "max_rel", "mean_abs", "rmse", "p99_abs",
-                       "cosine", "top-1"], rows, numeric_from=2)
+                       "SNR dB", "cosine", "top-1"], rows, numeric_from=2)
 
 
 SECTIONS = (Section("Drift per output", _per_output),)
 
 
 def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -> dict:
-    """max_abs, max_rel, mean_abs, rmse, p99_abs, cosine (and max_abs in quantization steps when a
-    quantization ``scale`` is known). Non-finite values are counted, never silently dropped."""
+    """max_abs, max_rel, mean_abs, rmse, p99_abs, snr_db, cosine (and max_abs in quantization steps when a
+    quantization ``scale`` is known). Non-finite values are counted, never silently dropped.
+
+    ``snr_db``: the reference's energy over the difference's, in dB (the SQNR quantization tools report):
+    ``inf`` for identical outputs, about 20 dB per decimal digit of agreement."""
     r = np.asarray(ref, dtype=np.float64).reshape(-1)
     g = np.asarray(got, dtype=np.float64).reshape(-1)
     out: dict = {}
@@ -137,6 +140,7 @@ def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -
         out["p99_abs"] = float(np.percentile(d, 99))
     else:
         out.update(max_abs=0.0, max_rel=0.0, mean_abs=0.0, rmse=0.0, p99_abs=0.0)
+    out["snr_db"] = snr_db(r[ok], d)
     nr, ng = np.linalg.norm(r[ok]), np.linalg.norm(g[ok])
     if nr == 0 and ng == 0:
         out["cosine"] = 1.0
@@ -152,6 +156,15 @@ def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -
         out["max_abs_steps"] = float(out["max_abs"] / scale) if np.isfinite(out["max_abs"]) else float("inf")
         out["quant_scale"] = float(scale)
     return out
+
+
+def snr_db(ref: np.ndarray, diff: np.ndarray) -> float:
+    """10·log10(Σ ref² / Σ diff²): inf where the outputs agree exactly, -inf for a silent reference."""
+    noise = float(np.sum(diff * diff))
+    if noise == 0.0:
+        return float("inf")
+    signal = float(np.sum(ref * ref))
+    return round(10.0 * float(np.log10(signal / noise)), 3) if signal > 0 else float("-inf")
 
 
 def looks_like_scores(arr: np.ndarray) -> bool:

@@ -76,7 +76,9 @@ class OrtCpu(Runtime):
         return self.session.get_providers()[0]
 
     def details(self) -> dict[str, Any]:
-        return {"providers": self.session.get_providers(), "graph_optimization": self.options.get("graph_optimization", "all")}
+        threads = int(self.options.get("threads", 0))
+        return {"providers": self.session.get_providers(), "graph_optimization": self.options.get("graph_optimization", "all"),
+                **({"threads": self.session.get_session_options().intra_op_num_threads} if threads else {})}
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:

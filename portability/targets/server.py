@@ -16,6 +16,13 @@ TARGETS = [
         description="ONNX Runtime, CPU, graph optimizations disabled (catches optimizer bugs)",
     ),
     Target(
+        id="server/ort-cpu-1thread",
+        runtime="portability.runtimes.ort:OrtCpu",
+        options={"threads": 1},
+        description="ONNX Runtime, CPU, one intra-op thread (a phone's or a serverless function's share: "
+        "the latency one core gives, and kernels that split work differently)",
+    ),
+    Target(
         id="server/onnx-reference",
         runtime="portability.runtimes.onnx_reference:OnnxReference",
         gating=False,
