@@ -35,7 +35,8 @@ def annotation(s: Setting) -> Any:
         kind = Optional[List[str]]
     else:
         kind = Optional[s.type]
-    return Annotated[kind, typer.Option(*s.decls, help=s.help_text(), min=s.min, rich_help_panel=s.group,
+    # "[...]" would read as rich markup in --help
+    return Annotated[kind, typer.Option(*s.decls, help=s.help_text().replace("[", "\\["), min=s.min, rich_help_panel=s.group,
                                         show_default=False)]
 
 
