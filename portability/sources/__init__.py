@@ -1,8 +1,11 @@
 """Sources: a model as its owner has it. One module per kind, each with ``FORMAT`` (its node in the
-converter graph), ``REFERENCE`` (the target id of its own runtime, the check's reference) and
-``load(path) -> ModelInfo`` (signature, size, digest; run in an isolated child process).
+converter graph), ``REFERENCE`` (the target id of its own runtime, the check's reference), ``claims(path)``
+(whether a file or folder is of its kind: names and a few bytes only, no framework), ``load(path) ->
+ModelInfo`` (signature, size, digest; run in an isolated child process) and, where its framework can
+compute gradients, ``Gradients`` (the adversarial crafting's adapter) with ``GRADIENTS`` (the framework it
+needs). Adding a source is its module and one line in ``SOURCES``.
 
-Detection (``detect``) looks at names and a few bytes only: it imports no framework. Files that would be
+Detection (``detect``) asks the modules in ``SOURCES`` order; ONNX, last, takes what no other claims. Files that would be
 unpickled (``torch.save`` checkpoints, TorchScript archives, raw pickles, legacy Keras HDF5 files that
 may carry marshalled Python code) are refused here with what to export instead.
 """
@@ -15,26 +18,16 @@ from pathlib import Path
 
 from portability.core.errors import BadModel
 
-#: kind -> the module that reads it (a literal registry: one entry per source kind)
+#: kind -> the module that reads it (a literal registry: one entry per source kind), in the order
+#: ``detect`` asks them (an MXNet ``-symbol.json`` before TF.js's ``.json``; ONNX takes the rest)
 SOURCES = {
-    "onnx": "portability.sources.onnx",
-    "keras": "portability.sources.keras",
     "saved_model": "portability.sources.saved_model",
-    "tflite": "portability.sources.tflite",
-    "tfjs": "portability.sources.tfjs",
-    "torch": "portability.sources.torch_export",
     "mxnet": "portability.sources.mxnet",
-}
-
-#: kind -> the target whose runtime is the source's own (the check's reference)
-REFERENCES = {
-    "onnx": "server/ort-cpu",
-    "keras": "server/keras",
-    "saved_model": "server/tf",
-    "tflite": "mobile/tflite-fp32",
-    "tfjs": "web/tfjs-cpu",
-    "torch": "server/torch",
-    "mxnet": "server/mxnet",
+    "tfjs": "portability.sources.tfjs",
+    "keras": "portability.sources.keras",
+    "tflite": "portability.sources.tflite",
+    "torch": "portability.sources.torch_export",
+    "onnx": "portability.sources.onnx",
 }
 
 _PICKLE_TORCH = ("torch.save checkpoints and TorchScript archives are pickles (loading one runs code): "
@@ -58,25 +51,19 @@ def detect(path: str | os.PathLike) -> str:
         raise BadModel(f"{p.name} is a symbolic link: refused (give the model itself, in its own folder)")
     if not p.exists():
         raise BadModel(f"model file not found: {p}")
-    from portability.sources.mxnet import is_checkpoint
+    from importlib import import_module
 
+    others = [kind for kind in SOURCES if kind != "onnx"]
     if p.is_dir():
-        if (p / "saved_model.pb").is_file():
-            return "saved_model"
-        if (p / "model.json").is_file():
-            return "tfjs"
-        if is_checkpoint(p):
-            return "mxnet"
+        kind = next((k for k in others if import_module(SOURCES[k]).claims(p)), None)
+        if kind:
+            return kind
         raise BadModel(f"{p} is a folder with neither saved_model.pb (a SavedModel), model.json (a TF.js "
                        "graph model) nor NAME-symbol.json (an MXNet checkpoint); give a model file or one of those folders")
     suffix = p.suffix.lower()
-    if p.name == "saved_model.pb":
-        return "saved_model"
-    if suffix == ".json":
-        return "mxnet" if is_checkpoint(p) else "tfjs"
-    if suffix in _REFUSED and not (suffix == ".pb" and p.name == "saved_model.pb"):
+    if suffix in _REFUSED and p.name != "saved_model.pb":
         raise BadModel(f"{p.name}: {_REFUSED[suffix]}")
-    kind = {".keras": "keras", ".tflite": "tflite", ".pt2": "torch"}.get(suffix)
+    kind = next((k for k in others if import_module(SOURCES[k]).claims(p)), None)
     if kind:
         return kind
     _refuse_pickles(p)
@@ -99,7 +86,10 @@ def _refuse_pickles(p: Path) -> None:
 
 
 def reference(kind: str) -> str:
-    return REFERENCES[kind]
+    """The target whose runtime is the source's own (the check's reference): its module's ``REFERENCE``."""
+    from importlib import import_module
+
+    return import_module(SOURCES[kind]).REFERENCE
 
 
 def first_line(e: BaseException) -> str:
@@ -165,4 +155,4 @@ def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: st
     return ModelInfo.from_dict(answer)
 
 
-__all__ = ["SOURCES", "REFERENCES", "detect", "reference", "load_source_isolated", "model_folder"]
+__all__ = ["SOURCES", "detect", "reference", "load_source_isolated", "model_folder"]

@@ -10,12 +10,21 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+import numpy as np
+
 from portability.core.errors import BadModel
 from portability.core.model import ModelInfo
 from portability.sources.common import allowlists_on, digest, quiet_tf, spec, version
 
 FORMAT = "keras"
 REFERENCE = "server/keras"
+#: the framework its gradient adapter (``Gradients``) needs
+GRADIENTS = "tensorflow"
+
+
+def claims(p: Path) -> bool:
+    """A Keras 3 archive, by its name (``detect``: names and a few bytes only)."""
+    return p.is_file() and p.suffix.lower() == ".keras"
 
 
 def open_model(path: Path):
@@ -115,3 +124,38 @@ def load(path) -> ModelInfo:
     return ModelInfo(path=p, sha256=sha, size_bytes=size, opset=None, producer=f"keras ({type(model).__name__} "
                      f"'{model.name}')", inputs=tuple(inputs), outputs=tuple(outputs), format=FORMAT,
                      framework=version("keras"))
+
+
+class Gradients:
+    """The gradient adapter of the adversarial crafting (``metrics.robustness.adversarial``): the source's own
+    framework computes class scores and the loss's gradient with respect to the inputs. Run in the
+    sandboxed crafting child only."""
+
+    framework = "keras"
+
+    def __init__(self, path: str):
+        import tensorflow as tf
+
+        self.tf = tf
+        self.model = open_model(Path(path))
+
+    def _outs(self, ts):
+        y = self.model(ts[0] if len(ts) == 1 else ts, training=False)
+        return list(y) if isinstance(y, (list, tuple)) else [y]
+
+    def scores(self, xs, out_idx):
+        return [np.asarray(y) for y in self._outs([self.tf.convert_to_tensor(x) for x in xs])]
+
+    def grads(self, xs, y, out_idx, probs):
+        tf = self.tf
+        ts = [tf.convert_to_tensor(x) for x in xs]
+        wrt = [t for t, x in zip(ts, xs) if x.dtype.kind == "f"]
+        with tf.GradientTape() as tape:
+            for t in wrt:
+                tape.watch(t)
+            s = self._outs(ts)[out_idx]
+            s = tf.cast(tf.reshape(s, (-1, s.shape[-1])), tf.float32)
+            logp = tf.math.log(tf.maximum(s, 1e-12)) if probs else tf.nn.log_softmax(s, -1)
+            loss = -tf.reduce_sum(tf.gather(logp, y.astype(np.int64), axis=1, batch_dims=1))
+        g = iter(tape.gradient(loss, wrt))
+        return [np.asarray(next(g)) if x.dtype.kind == "f" else None for x in xs]

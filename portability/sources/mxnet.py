@@ -31,6 +31,11 @@ def is_checkpoint(p: Path) -> bool:
     return bool(SYMBOL.match(p.name))
 
 
+def claims(p: Path) -> bool:
+    """A ``-symbol.json`` file, or a folder with one that is not a TF.js model's (which has ``model.json``)."""
+    return is_checkpoint(p) and not (p.is_dir() and (p / "model.json").is_file())
+
+
 def pair(path: str | Path) -> tuple[Path, Path]:
     """(symbol, params) of the checkpoint at ``path``: its highest epoch's ``.params`` beside the symbol."""
     p = Path(path)

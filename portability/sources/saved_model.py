@@ -18,6 +18,11 @@ from portability.sources.common import allowlists_on, digest, folder_files, quie
 
 FORMAT = "saved_model"
 REFERENCE = "server/tf"
+
+
+def claims(p: Path) -> bool:
+    """A SavedModel folder, or its ``saved_model.pb``."""
+    return (p.is_dir() and (p / "saved_model.pb").is_file()) or p.name == "saved_model.pb"
 SIGNATURE = "serving_default"
 def folder_of(path) -> Path:
     p = Path(path).resolve()

@@ -15,6 +15,11 @@ from portability.sources.common import allowlists_on, digest, spec
 
 FORMAT = "tfjs"
 REFERENCE = "web/tfjs-cpu"
+
+
+def claims(p: Path) -> bool:
+    """A graph model's ``model.json`` (any ``.json`` an MXNet checkpoint did not claim first), or its folder."""
+    return (p.is_dir() and (p / "model.json").is_file()) or (p.is_file() and p.suffix.lower() == ".json")
 _DTYPES = {"DT_FLOAT": "float32", "DT_INT32": "int32", "DT_INT64": "int64", "DT_BOOL": "bool", "DT_HALF": "float16"}
 _MAX_JSON = 64 << 20
 

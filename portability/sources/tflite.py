@@ -15,6 +15,10 @@ FORMAT = "tflite"
 REFERENCE = "mobile/tflite-fp32"
 
 
+def claims(p: Path) -> bool:
+    return p.is_file() and p.suffix.lower() == ".tflite"
+
+
 def interpreter_io(it) -> tuple[list, list]:
     """(inputs, outputs) as [(name, detail)], named by signature key when there is a signature."""
     full = getattr(it, "_get_full_signature_list", it.get_signature_list)()

@@ -20,6 +20,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from portability.core.errors import BadModel
 from portability.core.model import ModelInfo
 from portability.sources.common import allowlists_on, digest, spec, version
@@ -27,6 +29,12 @@ from portability.sources.pt2_program import _CONTROL, _name, vet_program
 
 FORMAT = "torch"
 REFERENCE = "server/torch"
+#: the framework its gradient adapter (``Gradients``) needs
+GRADIENTS = "torch"
+
+
+def claims(p: Path) -> bool:
+    return p.is_file() and p.suffix.lower() == ".pt2"
 
 PROGRAM = "models/model.json"
 WEIGHTS = "data/weights/model_weights_config.json"
@@ -345,3 +353,37 @@ def load(path) -> ModelInfo:
     sha, size = digest([p])
     return ModelInfo(path=p, sha256=sha, size_bytes=size, opset=None, producer="torch.export program",
                      inputs=tuple(inputs), outputs=tuple(outputs), format=FORMAT, framework=version("torch"))
+
+
+class Gradients:
+    """The gradient adapter of the adversarial crafting (``metrics.robustness.adversarial``): the source's own
+    framework computes class scores and the loss's gradient with respect to the inputs. Run in the
+    sandboxed crafting child only."""
+
+    framework = "torch"
+
+    def __init__(self, path: str):
+        import torch
+
+        self.torch = torch
+        self.module = open_program(Path(path)).module()
+
+    def scores(self, xs: list[np.ndarray], out_idx: int | None) -> list[np.ndarray]:
+        with self.torch.no_grad():
+            ys = self._outs([self.torch.from_numpy(np.ascontiguousarray(x)) for x in xs])
+        return [y.detach().numpy() for y in ys]
+
+    def _outs(self, ts):
+        y = self.module(*ts)
+        return list(y) if isinstance(y, (list, tuple)) else [y]
+
+    def grads(self, xs, y: np.ndarray, out_idx: int, probs: bool) -> list[np.ndarray | None]:
+        torch = self.torch
+        ts = [torch.from_numpy(np.ascontiguousarray(x)).requires_grad_(x.dtype.kind == "f") for x in xs]
+        s = self._outs(ts)[out_idx]
+        s = s.reshape(-1, s.shape[-1]).float()
+        logp = torch.log(s.clamp_min(1e-12)) if probs else torch.log_softmax(s, -1)
+        loss = torch.nn.functional.nll_loss(logp, torch.from_numpy(y.astype(np.int64)), reduction="sum")
+        wrt = [t for t in ts if t.requires_grad]
+        g = iter(torch.autograd.grad(loss, wrt))
+        return [next(g).numpy() if t.requires_grad else None for t in ts]

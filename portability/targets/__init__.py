@@ -59,7 +59,7 @@ def expand(spec: str, reg: dict[str, Target] | None = None, reference: str = REF
     """``"web,mobile/tflite-fp32"`` -> targets. A platform name means all its targets; ``all`` every one.
 
     Unavailable targets stay in the list: they are reported ``skipped`` with the reason, never dropped.
-    The reference target (the source's own runtime: ``portability.sources.REFERENCES``) is always first.
+    The reference target (the source's own runtime: ``portability.sources.reference``) is always first.
     """
     reg = reg or registry()
     chosen: list[str] = []

@@ -27,8 +27,16 @@ log = logging.getLogger(__name__)
 
 EPSILONS = (0.01, 0.03, 0.1)
 PGD_STEPS = 10
-#: source formats with a differentiable twin, and the framework each needs
-DIFFERENTIABLE = {"torch": "torch", "keras": "tensorflow"}
+
+
+def differentiable() -> dict[str, str]:
+    """Source kinds whose module has a gradient adapter (``Gradients``), and the framework each needs
+    (its ``GRADIENTS``)."""
+    from importlib import import_module
+
+    from portability.sources import SOURCES
+
+    return {kind: m.GRADIENTS for kind, path in SOURCES.items() if hasattr(m := import_module(path), "Gradients")}
 
 
 def unavailable(reason: str) -> dict:
@@ -40,12 +48,13 @@ def why_not(model) -> str | None:
     from importlib.util import find_spec
 
     fmt = model.format
-    if fmt not in DIFFERENTIABLE:
+    can = differentiable()
+    if fmt not in can:
         return (f"no differentiable source: adversarial examples are crafted on a PyTorch (.pt2) or Keras (.keras) "
                 f"source model, and this model is {'an ONNX' if fmt == 'onnx' else 'a ' + fmt} file (gradients of a "
                 "converted graph are not computed here)")
-    if find_spec(DIFFERENTIABLE[fmt]) is None:
-        return f"crafting needs {DIFFERENTIABLE[fmt]}, which is not installed here"
+    if find_spec(can[fmt]) is None:
+        return f"crafting needs {can[fmt]}, which is not installed here"
     if not any(np.dtype(i.dtype).kind == "f" for i in model.inputs if _known(i.dtype)):
         return "the model has no float input to perturb along a gradient"
     return None
@@ -109,71 +118,6 @@ def craft(model, ps, epsilons=EPSILONS, steps: int = PGD_STEPS, timeout_s: float
 
 # -- the child ---------------------------------------------------------------------------------------------
 
-class _Torch:
-    framework = "torch"
-
-    def __init__(self, path: str):
-        import torch
-
-        from portability.sources.torch_export import open_program
-
-        self.torch = torch
-        self.module = open_program(Path(path)).module()
-
-    def scores(self, xs: list[np.ndarray], out_idx: int | None) -> list[np.ndarray]:
-        with self.torch.no_grad():
-            ys = self._outs([self.torch.from_numpy(np.ascontiguousarray(x)) for x in xs])
-        return [y.detach().numpy() for y in ys]
-
-    def _outs(self, ts):
-        y = self.module(*ts)
-        return list(y) if isinstance(y, (list, tuple)) else [y]
-
-    def grads(self, xs, y: np.ndarray, out_idx: int, probs: bool) -> list[np.ndarray | None]:
-        torch = self.torch
-        ts = [torch.from_numpy(np.ascontiguousarray(x)).requires_grad_(x.dtype.kind == "f") for x in xs]
-        s = self._outs(ts)[out_idx]
-        s = s.reshape(-1, s.shape[-1]).float()
-        logp = torch.log(s.clamp_min(1e-12)) if probs else torch.log_softmax(s, -1)
-        loss = torch.nn.functional.nll_loss(logp, torch.from_numpy(y.astype(np.int64)), reduction="sum")
-        wrt = [t for t in ts if t.requires_grad]
-        g = iter(torch.autograd.grad(loss, wrt))
-        return [next(g).numpy() if t.requires_grad else None for t in ts]
-
-
-class _Keras:
-    framework = "keras"
-
-    def __init__(self, path: str):
-        import tensorflow as tf
-
-        from portability.sources.keras import open_model
-
-        self.tf = tf
-        self.model = open_model(Path(path))
-
-    def _outs(self, ts):
-        y = self.model(ts[0] if len(ts) == 1 else ts, training=False)
-        return list(y) if isinstance(y, (list, tuple)) else [y]
-
-    def scores(self, xs, out_idx):
-        return [np.asarray(y) for y in self._outs([self.tf.convert_to_tensor(x) for x in xs])]
-
-    def grads(self, xs, y, out_idx, probs):
-        tf = self.tf
-        ts = [tf.convert_to_tensor(x) for x in xs]
-        wrt = [t for t, x in zip(ts, xs) if x.dtype.kind == "f"]
-        with tf.GradientTape() as tape:
-            for t in wrt:
-                tape.watch(t)
-            s = self._outs(ts)[out_idx]
-            s = tf.cast(tf.reshape(s, (-1, s.shape[-1])), tf.float32)
-            logp = tf.math.log(tf.maximum(s, 1e-12)) if probs else tf.nn.log_softmax(s, -1)
-            loss = -tf.reduce_sum(tf.gather(logp, y.astype(np.int64), axis=1, batch_dims=1))
-        g = iter(tape.gradient(loss, wrt))
-        return [np.asarray(next(g)) if x.dtype.kind == "f" else None for x in xs]
-
-
 def _looks_like_probs(s: np.ndarray) -> bool:
     s = s.reshape(-1, s.shape[-1]).astype(np.float64)
     return bool(np.all(s >= -1e-6) and np.all(s <= 1 + 1e-6) and np.allclose(s.sum(-1), 1.0, atol=1e-3))
@@ -203,7 +147,11 @@ def _attack(fw, batch: list[np.ndarray], y: np.ndarray, out_idx: int, probs: boo
 
 
 def run(job: dict) -> dict:
-    fw = {"torch": _Torch, "keras": _Keras}[job["kind"]](job["path"])
+    from importlib import import_module
+
+    from portability.sources import SOURCES
+
+    fw = import_module(SOURCES[job["kind"]]).Gradients(job["path"])
     names = job["inputs"]
     with np.load(job["clean"], allow_pickle=False) as z:
         clean = [z[f"in{i}"] for i in range(len(names))]
