@@ -286,12 +286,12 @@ def test_latency_and_size_only_beyond_their_bounds():
 
 
 def test_reports_and_diff_ask_every_registered_metric(monkeypatch):
-    """A metric owns its regression rule, its tolerance, its columns and its sections: diff, --baseline and
-    the renderers iterate the registry."""
+    """A metric owns its regression rule, its tolerance, its columns, its sections and its plots: diff,
+    --baseline and the renderers iterate the registry."""
     import types
 
     import portability.metrics as metrics
-    from portability.metrics.base import Column, Moved, Section
+    from portability.metrics.base import Column, Moved, Plot, Section
     from portability.report import html, markdown
     from portability.report.diff import diff
     from portability.report.schema import Report, TargetResult
@@ -303,7 +303,8 @@ def test_reports_and_diff_ask_every_registered_metric(monkeypatch):
     extra = types.SimpleNamespace(FIELDS={"energy_mj": None}, THRESHOLDS={}, TOLERANCES={}, regressions=moved,
                                   compute=lambda ev: ({}, []), breaches=lambda m, t: [],
                                   COLUMNS=(Column("energy mJ", lambda t, medium: f"{t.metrics['energy_mj']:.1f}"),),
-                                  SECTIONS=(Section("Energy", lambda r, page: page.table(["target"], [["every one"]])),))
+                                  SECTIONS=(Section("Energy", lambda r, page: page.table(["target"], [["every one"]])),),
+                                  PLOTS=(Plot("Energy per target", lambda r, kit: "<svg>energy bars</svg>", order=15),))
     monkeypatch.setattr(metrics, "METRICS", metrics.METRICS + (extra,))
 
     def report(mj: float) -> Report:
@@ -317,6 +318,7 @@ def test_reports_and_diff_ask_every_registered_metric(monkeypatch):
     md, page = markdown.render(report(4.0)), html.render(report(4.0))
     assert "| energy mJ |" in md and "| 4.0 |" in md
     assert "<th>energy mJ</th>" in page and "<h2>Energy</h2>" in page and "every one" in page
+    assert "<figcaption>Energy per target</figcaption><svg>energy bars</svg>" in page
 
 
 def test_snr_is_the_references_energy_over_the_differences_in_db():

@@ -67,3 +67,8 @@ def columns(medium: str, report=None) -> list:
 def sections(medium: str, place: str | None = None) -> list:
     """The metrics' own report sections for a medium (and place), in registry order."""
     return [x for m in METRICS for x in getattr(m, "SECTIONS", ()) if x.medium == medium and place in (None, x.place)]
+
+
+def plots() -> list:
+    """Every metric's plots, in the order the HTML report shows them."""
+    return sorted((p for m in METRICS for p in getattr(m, "PLOTS", ())), key=lambda p: p.order)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from portability.metrics.base import Column, Moved, Threshold, number
+from portability.metrics.base import Column, Moved, Plot, Threshold, number
 from portability.metrics.drift import looks_like_scores, top1
 
 FIELDS = {"accuracy": None, "accuracy_delta": None}
@@ -62,3 +62,32 @@ def accuracy(outputs: dict[str, np.ndarray], labels: np.ndarray | None, name: st
     if pred.size != y.size:
         return None
     return float(np.mean(pred == y))
+
+
+def accuracy_plot(report, kit) -> str | None:
+    """Task accuracy per target (with --dataset), else top-1 agreement with the reference, zoomed to the
+    range the values span; the reference's value is the dashed line."""
+    key = "accuracy" if any((t.metrics or {}).get("accuracy") is not None for t in report.targets) else "top1_agreement"
+    rows = [(t.id, kit.finite((t.metrics or {}).get(key)), t) for t in report.targets]
+    rows = [r for r in rows if r[1] is not None]
+    if not rows:
+        return None
+    fig, ax = kit.figure(len(rows))
+    vals = [v for _, v, _ in rows]
+    ax.barh(range(len(rows)), vals, color=[kit.color(t) for _, _, t in rows], height=0.6)
+    ref = next((v for tid, v, _ in rows if tid == report.reference), None)
+    if ref is not None and key == "accuracy":
+        ax.axvline(ref, color=kit.REFERENCE_COLOR, linestyle="--", linewidth=1)
+    lo = min(vals)
+    ax.set_xlim(max(0.0, lo - max(0.02, (1 - lo) * 0.5)), 1.0)
+    for y, v in enumerate(vals):
+        ax.text(v, y, f" {v:.4f}", va="center", ha="right", fontsize=8, color="white")
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("accuracy on the labelled data (dashed: the reference)" if key == "accuracy"
+                  else "top-1 agreement with the reference (no labelled data: --dataset adds accuracy)")
+    ax.grid(axis="x", alpha=0.3)
+    return kit.svg(fig, "accuracy per target" if key == "accuracy" else "top-1 agreement per target")
+
+
+PLOTS = (Plot("Accuracy per target", accuracy_plot, order=40),)

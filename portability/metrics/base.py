@@ -9,7 +9,7 @@ A metric that two runs can regress on also has ``TOLERANCES`` (what counts as no
 [Moved]`` on two runs of a target (``report.diff`` and ``--baseline`` ask every metric; only where both
 runs ran, unless ``NEEDS_RUN = False``). How a metric shows: ``COLUMNS`` (its cells in the summary table
 of the terminal, Markdown and HTML reports: ``Column``) and ``SECTIONS`` (its own part of the HTML or
-Markdown report: ``Section``).
+Markdown report: ``Section``) and ``PLOTS`` (its plots in the HTML report: ``Plot``).
 """
 from __future__ import annotations
 
@@ -87,6 +87,16 @@ class Section:
     render: Callable[[Any, Any], str]
     medium: str = "html"
     place: str = "detail"
+
+
+@dataclass(frozen=True)
+class Plot:
+    """A metric's plot in the HTML report: ``draw(report, kit) -> svg or None`` (``kit``: ``report.plots.KIT``,
+    the figure, the SVG export and the colours). ``order``: where it shows among every metric's plots."""
+
+    title: str
+    draw: Callable[[Any, Any], str | None]
+    order: int = 100
 
 
 def fmt(v: Any, spec: str, medium: str) -> str:

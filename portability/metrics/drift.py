@@ -5,7 +5,7 @@ import numpy as np
 
 import math
 
-from portability.metrics.base import Column, Moved, Section, Threshold, fmt, number
+from portability.metrics.base import Column, Moved, Plot, Section, Threshold, fmt, number
 
 FIELDS = {"outputs": {}, "top1_agreement": None}
 THRESHOLDS = {
@@ -225,3 +225,39 @@ def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], quant: dict 
     if not per and not problems:
         problems.append("no output could be compared")
     return per, (min(agreements) if agreements else None), problems
+
+
+def drift_plot(report, kit) -> str | None:
+    """Worst absolute difference from the reference per target and output, on a log axis, with each
+    target's max_abs threshold marked."""
+    rows = []
+    for t in report.targets:
+        for name, o in ((t.metrics or {}).get("outputs") or {}).items():
+            v = o.get("max_abs")
+            v = math.inf if v in ("inf", "nan") else kit.finite(v)
+            if v is not None:
+                rows.append((f"{t.id} · {name}" if len((t.metrics or {}).get("outputs")) > 1 else t.id, v, t))
+    if not rows:
+        return None
+    fig, ax = kit.figure(len(rows))
+    top = max([v for _, v, _ in rows if math.isfinite(v)] + [1.0]) * 10
+    ys = range(len(rows))
+    vals = [top if not math.isfinite(v) else max(v, kit.ZERO_FLOOR) for _, v, _ in rows]
+    ax.barh(ys, vals, color=[kit.color(t) for _, _, t in rows], height=0.6)
+    for y, (_, v, t) in zip(ys, rows):
+        thr = kit.finite((t.thresholds or {}).get("max_abs"))
+        if thr:
+            ax.plot([thr, thr], [y - 0.4, y + 0.4], color="black", linewidth=1.5)
+        if v == 0 or not math.isfinite(v):
+            ax.text(kit.ZERO_FLOOR * 2 if v == 0 else top, y, " identical" if v == 0 else " NaN/Inf", va="center",
+                    ha="left" if v == 0 else "right", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlim(kit.ZERO_FLOOR, top)
+    ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("max |output − reference| (log scale; black tick: threshold)")
+    ax.grid(axis="x", alpha=0.3)
+    return kit.svg(fig, "drift per target")
+
+
+PLOTS = (Plot("Drift per target", drift_plot, order=10),)

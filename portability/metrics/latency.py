@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from portability.metrics.base import Column, Moved, Section, fmt, number
+from portability.metrics.base import Column, Moved, Plot, Section, fmt, number
 
 FIELDS = {"latency_ms": None}
 THRESHOLDS: dict = {}  # latency is reported, never judged: it is noisy
@@ -131,3 +131,32 @@ def kept_samples(s: np.ndarray) -> list[float]:
     if s.size > MAX_SAMPLES:
         s = np.quantile(s, np.linspace(0.0, 1.0, MAX_SAMPLES))
     return [round(float(x), 4) for x in s]
+
+
+def latency_plot(report, kit) -> str | None:
+    """Box plot of every timed run per target (log axis), the reference in blue; emulated timings are
+    labelled as such."""
+    rows = []
+    for t in report.targets:
+        lat = (t.metrics or {}).get("latency_ms") or {}
+        s = [x for x in (lat.get("samples") or []) if kit.finite(x) is not None and x > 0]
+        if s:
+            label = t.id + (" (emulated)" if lat.get("emulated") else "") + (" — reference" if t.id == report.reference else "")
+            rows.append((label, s, t))
+    if not rows:
+        return None
+    fig, ax = kit.figure(len(rows))
+    parts = ax.boxplot([s for _, s, _ in rows], orientation="horizontal", widths=0.6, patch_artist=True,
+                       showfliers=True, flierprops={"markersize": 2, "alpha": 0.5})
+    for box, (_, _, t) in zip(parts["boxes"], rows):
+        box.set_facecolor(kit.REFERENCE_COLOR if t.id == report.reference else "#90a4ae")
+        box.set_alpha(0.8)
+    ax.set_yticks(range(1, len(rows) + 1), [r[0] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("milliseconds per inference, every timed run (log scale; blue: the reference)")
+    ax.grid(axis="x", alpha=0.3)
+    return kit.svg(fig, "latency distribution per target")
+
+
+PLOTS = (Plot("Latency per target", latency_plot, order=20),)

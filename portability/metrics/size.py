@@ -3,7 +3,7 @@ its own in ``metrics`` — the pipeline measures the artifact — but its column
 ``--baseline`` calls a regression: growth beyond ``size_growth`` of the baseline's size."""
 from __future__ import annotations
 
-from portability.metrics.base import Column, Moved, Section, fmt
+from portability.metrics.base import Column, Moved, Plot, Section
 
 FIELDS: dict = {}
 THRESHOLDS: dict = {}
@@ -57,3 +57,35 @@ def _section(report, page) -> str:
 
 
 SECTIONS = (Section("Size per format and variant", _section),)
+
+
+def size_plot(report, kit) -> str | None:
+    """Artifact size per format and variant (each distinct artifact once), raw and gzipped, with the
+    source model's size marked."""
+    seen: dict[str, tuple[str, list[str], int, int | None]] = {}
+    for t in report.targets:
+        a = t.artifact or {}
+        if a.get("size_bytes"):
+            entry = seen.setdefault(a.get("sha256") or t.id, (a.get("format", "?"), [], int(a["size_bytes"]), a.get("gzip_bytes")))
+            entry[1].append(t.id.split("/", 1)[-1])
+    if not seen:
+        return None
+    # one bar per distinct artifact, named by its format and the first target that runs it (+ how many more)
+    rows = [(f"{fmt}: {names[0]}" + (f" +{len(names) - 1}" if len(names) > 1 else ""), size, gz)
+            for fmt, names, size, gz in seen.values()]
+    fig, ax = kit.figure(len(rows))
+    ys = list(range(len(rows)))
+    ax.barh([y - 0.18 for y in ys], [r[1] / 1024 for r in rows], height=0.36, color="#5c6bc0", label="file")
+    ax.barh([y + 0.18 for y in ys], [(r[2] or 0) / 1024 for r in rows], height=0.36, color="#9fa8da", label="gzip")
+    src = report.model.get("size_bytes")
+    if src:
+        ax.axvline(src / 1024, color="black", linestyle="--", linewidth=1, label="source model")
+    ax.set_yticks(ys, [r[0] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("KB")
+    fig.legend(fontsize=8, loc="outside upper right", ncols=3, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    return kit.svg(fig, "size per format and variant")
+
+
+PLOTS = (Plot("Size per format and variant", size_plot, order=30),)

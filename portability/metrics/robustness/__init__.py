@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from portability.metrics.base import Column, Section, fmt
+from portability.metrics.base import Column, Plot, Section, fmt
 from portability.metrics.drift import top1
 
 FIELDS = {"robustness": None}
@@ -181,3 +181,54 @@ def _markdown(report, page) -> str:
 
 
 SECTIONS = (Section("Robustness", _html, place="summary"), Section("Robustness", _markdown, medium="markdown"))
+
+
+def _robustness_plot(report, kit, key: str, label: str, title: str) -> str | None:
+    """One panel per perturbation family or attack: ``key`` against the level, one line per target."""
+    per = {t.id: curves(t.metrics or {}) for t in report.targets}
+    fams = list(dict.fromkeys(f for c in per.values() for f in c))
+    fams = [f for f in fams if any(r.get(key) is not None for c in per.values() for r in c.get(f, ()))]
+    if not fams:
+        return None
+    from matplotlib.figure import Figure
+
+    cols = min(3, len(fams))
+    nrows = -(-len(fams) // cols)
+    fig = Figure(figsize=(7.5, 0.6 + 2.2 * nrows), dpi=96, layout="constrained")
+    axes = fig.subplots(nrows, cols, squeeze=False)
+    colors = ["#1565c0", "#2e7d32", "#c62828", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037", "#ad1457", "#827717"]
+    for i, fam in enumerate(fams):
+        ax = axes[i // cols][i % cols]
+        for j, t in enumerate(report.targets):
+            rows = [r for r in per[t.id].get(fam, ()) if r.get(key) is not None]
+            if not rows:
+                continue
+            rows.sort(key=lambda r: r["level"])
+            ax.plot([r["level"] for r in rows], [r[key] for r in rows], marker="o", markersize=3, linewidth=1.2,
+                    linestyle="--" if t.id == report.reference else "-", color=colors[j % len(colors)], label=t.id)
+        ax.set_title(fam, fontsize=9)
+        ax.set_xscale("log")
+        ax.set_ylim(-0.03, 1.03)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for k in range(len(fams), nrows * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    fig.supxlabel("level (fraction of the input range; ε for attacks)", fontsize=8)
+    fig.supylabel(label, fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="outside upper right", ncols=3, frameon=False)
+    return kit.svg(fig, title)
+
+
+def robustness_accuracy_plot(report, kit) -> str | None:
+    """Accuracy on perturbed and adversarial inputs against the level (labelled data only)."""
+    return _robustness_plot(report, kit, "accuracy", "accuracy (dashed: the reference)", "accuracy under perturbation")
+
+
+def robustness_flip_plot(report, kit) -> str | None:
+    """Flip rate against the reference on the same perturbed inputs, against the level."""
+    return _robustness_plot(report, kit, "flip_rate", "flip rate vs the reference", "flip rate under perturbation")
+
+
+PLOTS = (Plot("Robustness: accuracy against the perturbation level", robustness_accuracy_plot, order=50),
+         Plot("Robustness: flip rate against the reference", robustness_flip_plot, order=51))
