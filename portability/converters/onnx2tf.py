@@ -73,17 +73,63 @@ def meaningful_lines(log: str, limit: int = 12) -> list[str]:
     return out[-limit:] or lines[-limit:]
 
 
-def _failing_op(lines: list[str]) -> tuple[str | None, str | None]:
-    """The op (and node) onnx2tf names in its ERROR lines; INFO lines only log the last op it started."""
+#: onnx2tf's ERROR lines that give advice, not the error
+_ADVICE = re.compile(r"The trace log is below|input_onnx_file_path:|Read this and deal with it|Alternatively, if the input OP"
+                     r"|If the input OP of ONNX|Also, for models that include")
+#: an exception's last line: ``module.Class: message`` (not indented: a traceback's frames are)
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<cls>[A-Za-z_]\w*(?:Error|Exception)):\s*(?P<msg>.*)$")
+#: MLIR locations in the TFLite converter's messages
+_MLIR_LOC = re.compile(r"<frozen runpy>:\d+:\d+:\s*|<unknown>:\d+:\s*")
+
+
+def failure(log: str, onnx_path: Path | None = None, limit: int = 400) -> tuple[str, str | None, str | None]:
+    """(what went wrong, the op, the node) from a failed onnx2tf run's log: onnx2tf's own ERROR lines
+    (its advice left out), the exception it ended with, and the ops the TFLite converter has no kernel
+    for — never the INFO lines that only log the last op it started. The node is named only where the
+    source graph has a node of that name (onnx2tf invents names for unnamed nodes, and says ``None``)."""
+    lines = [_ANSI.sub("", ln).rstrip() for ln in log.splitlines()]
+    said: list[str] = []
     op = node = None
     for ln in lines:
-        if "ERROR" not in ln:
+        if not ln.lstrip().startswith("ERROR:"):
             continue
-        m = re.search(r"(\w+) OP is not yet implemented", ln) or re.search(r"onnx_op_type:\s*(\w+)", ln)
+        e = ln.split("ERROR:", 1)[1].strip()
+        m = re.match(r"(\w+) OP is not yet implemented", e)
         op = m.group(1) if m else op
-        m = re.search(r"onnx_op_name:\s*(\S+)", ln)
-        node = m.group(1) if m else node
-    return op, node
+        m = re.match(r"onnx_op_name:\s*(\S*)", e)
+        if m:
+            node = m.group(1) or node
+            continue
+        m = re.match(r"onnx_op_type:\s*(\w+)", e)
+        if m:
+            op = m.group(1)
+            continue
+        if e and not _ADVICE.search(e):
+            said.append(e)
+    exceptions = [m for ln in lines if (m := _EXCEPTION.match(ln)) and not ln.startswith((" ", "\t"))]
+    if exceptions:
+        msg = re.sub(r"\s+", " ", _MLIR_LOC.sub(" ", exceptions[-1].group("msg"))).strip()
+        said.append(f"{exceptions[-1].group('cls')}: {msg}")
+    custom = re.search(r"^Custom ops: (.+)$", "\n".join(lines), re.M)
+    if custom:
+        said.append(f"TFLite has no built-in kernel for {custom.group(1).strip()}")
+        op = op or custom.group(1).split(",")[0].strip()
+    if node and op is None:  # the op of the node named in the ERROR lines, from the INFO line that started it
+        m = re.search(r"onnx_op_type:\s*(\w+)\s+onnx_op_name:\s*" + re.escape(node) + r"(?:\s|$)", "\n".join(lines), re.M)
+        op = m.group(1) if m else None
+    if node in ("None", "") or (node and onnx_path is not None and node not in _node_names(onnx_path)):
+        node = None
+    text = "; ".join(dict.fromkeys(x for x in said if x)) or " | ".join(meaningful_lines(log, 4))
+    return (text[:limit] + "…" if len(text) > limit else text), op, node
+
+
+def _node_names(onnx_path: Path) -> set[str]:
+    import onnx
+
+    try:
+        return {n.name for n in onnx.load(str(onnx_path), load_external_data=False).graph.node if n.name}
+    except Exception:  # noqa: BLE001 - an unreadable graph names no node
+        return set()
 
 
 def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
@@ -103,10 +149,9 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
                      PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         tflite = work / "out" / "model_float32.tflite"
         if p.returncode != 0 or not tflite.is_file():
-            lines = meaningful_lines(p.stdout)
-            op, node = _failing_op(lines)
-            head = f"onnx2tf failed (exit {p.returncode})" + (f" at {op} node '{node}'" if op else "")
-            raise ConvertError(head + ": " + " | ".join(ln.strip() for ln in lines if ln.strip()), op=op, node=node)
+            what, op, node = failure(p.stdout, onnx_path)
+            where = (f" at {op}" if op else "") + (f" node '{node}'" if node else "")
+            raise ConvertError(f"onnx2tf failed (exit {p.returncode}){where}: {what}", op=op, node=node)
         shutil.move(str(work / "out"), str(out))
         return p.stdout
 

@@ -196,6 +196,10 @@ def _conform(name: str, arr: np.ndarray, spec: TensorSpec, shape: tuple[int, ...
         fixed = d if isinstance(d, int) else (shape[axis] if shape else None)
         if fixed is not None and fixed != got:
             raise BadInput(f"{where}: input '{name}' has shape {list(arr.shape[1:])}, expected {_fmt(shape or spec.shape)}")
+    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+        bad = int(arr.size - np.isfinite(arr).sum())
+        warnings.append(f"{where}: input '{name}' holds {bad} NaN/Inf values (as given): outputs computed from them "
+                        "say little about agreement")
     return np.ascontiguousarray(arr)
 
 

@@ -36,6 +36,9 @@ def breaches(metrics: dict, t: dict) -> list[str]:
     for name, m in (metrics.get("outputs") or {}).items():
         if m.get("nonfinite_mismatch"):
             out.append(f"'{name}': {m['nonfinite_mismatch']} NaN/Inf values where the reference has none (or the reverse)")
+        elif m.get("nonfinite"):
+            out.append(f"'{name}': {m['nonfinite']} NaN/Inf values, on both sides: no evidence of agreement there "
+                       "(non-finite outputs are never a pass; give inputs the model is defined on)")
         elif t.get("max_abs") is not None and m["max_abs"] > t["max_abs"]:
             out.append(f"'{name}': max_abs {m['max_abs']:.3g} > {t['max_abs']:.3g}")
         if t.get("max_abs_steps") is not None and m.get("max_abs_steps") is not None and m["max_abs_steps"] > t["max_abs_steps"]:
@@ -123,6 +126,8 @@ def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -
     """max_abs, max_rel, mean_abs, rmse, p99_abs, snr_db, cosine (and max_abs in quantization steps when a
     quantization ``scale`` is known). Non-finite values are counted, never silently dropped.
 
+    ``nonfinite``: NaN/Inf values where the reference has the same (no evidence: a breach, never a pass);
+    ``nonfinite_mismatch``: where only one side has them.
     ``snr_db``: the reference's energy over the difference's, in dB (the SQNR quantization tools report):
     ``inf`` for identical outputs, about 20 dB per decimal digit of agreement."""
     r = np.asarray(ref, dtype=np.float64).reshape(-1)
@@ -148,6 +153,9 @@ def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -
         out["cosine"] = 0.0
     else:
         out["cosine"] = float(np.clip(np.dot(r[ok], g[ok]) / (nr * ng), -1.0, 1.0))
+    both = int(np.sum(bad_r & bad_g))
+    if both and not mismatched_nonfinite:
+        out["nonfinite"] = both  # NaN/Inf where the reference has them too: agreement there proves nothing
     if mismatched_nonfinite:
         out["nonfinite_mismatch"] = mismatched_nonfinite
         out["max_abs"] = float("inf")

@@ -1,0 +1,53 @@
+"""What a new user sees on models that are not the fixtures: errors that name the cause, statuses that say
+what happened, no pass without evidence. Each case is a model built here, the smallest that shows it."""
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from conftest import by_id, check_json
+
+
+def _unary(tmp_path, op: str, opset: int, node_name: str = "", low: float = -1.0) -> str:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], name=node_name)], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    path = tmp_path / f"{op.lower()}.onnx"
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_a_failed_onnx2tf_conversion_says_the_converters_own_error_and_no_invented_node(tmp_path):
+    """onnx2tf converts Acos to TensorFlow's Acos, which TFLite has no kernel for: the one line is that, with
+    the op, not onnx2tf's INFO log; the node has no name in the graph, so none is given."""
+    r = check_json(tmp_path, _unary(tmp_path, "Acos", 13), "--targets", "mobile/tflite-fp32", "--runs", "0",
+                   expect_rc=1)
+    t = by_id(r)["mobile/tflite-fp32"]
+    assert t["status"] == "convert-error"
+    assert t["error"].startswith("onnx2tf failed (exit 1) at Acos: "), t["error"]
+    assert "TFLite has no built-in kernel for Acos" in t["error"] and "INFO" not in t["error"]
+    assert "node" not in t["error"] and t["op"] == "Acos" and t["node"] is None
+    assert len(t["error"]) < 450
+
+
+def test_nan_on_both_sides_is_no_agreement(tmp_path):
+    """Sqrt of negative inputs is NaN on every runtime: the same NaN on both sides proves nothing."""
+    model = _unary(tmp_path, "Sqrt", 13)
+    r = check_json(tmp_path, model, "--targets", "server/ort-cpu-noopt", "--input-range", "-1,1", "--runs", "0",
+                   expect_rc=1)
+    t = by_id(r)["server/ort-cpu-noopt"]
+    assert t["status"] == "drift" and t["metrics"]["outputs"]["y"]["nonfinite"] > 0
+    assert any("NaN/Inf values, on both sides: no evidence of agreement" in b for b in t["breaches"]), t["breaches"]
+    ok = check_json(tmp_path, model, "--targets", "server/ort-cpu-noopt", "--input-range", "0,1", "--runs", "0")
+    assert by_id(ok)["server/ort-cpu-noopt"]["status"] == "pass"  # defined inputs: no NaN, a pass
+
+
+def test_nan_inputs_given_by_the_user_are_said(tmp_path):
+    model = _unary(tmp_path, "Relu", 13)
+    x = np.zeros((3, 1, 4), np.float32)
+    x[1, 0, 2] = np.nan
+    np.savez(tmp_path / "in.npz", x=x)
+    r = check_json(tmp_path, model, "--targets", "server/ort-cpu-noopt", "--inputs", str(tmp_path / "in.npz"),
+                   "--runs", "0", expect_rc=None)
+    assert any("input 'x' holds 1 NaN/Inf values (as given)" in n for n in r["notes"]), r["notes"]
