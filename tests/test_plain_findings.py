@@ -51,3 +51,42 @@ def test_nan_inputs_given_by_the_user_are_said(tmp_path):
     r = check_json(tmp_path, model, "--targets", "server/ort-cpu-noopt", "--inputs", str(tmp_path / "in.npz"),
                    "--runs", "0", expect_rc=None)
     assert any("input 'x' holds 1 NaN/Inf values (as given)" in n for n in r["notes"]), r["notes"]
+
+
+def test_a_model_quantized_already_is_judged_as_quantized_models_are(tmp_path):
+    """ONNX Runtime's dynamic quantization of the MLP fixture (DynamicQuantizeLinear, MatMulInteger): every
+    target but the reference gets a quantized model's bounds, and the report says why."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from conftest import FIXTURES
+
+    m = onnx.load(FIXTURES / "mlp.onnx")
+    del m.graph.value_info[:]  # stale shapes the quantizer's own shape inference refuses
+    onnx.save(m, tmp_path / "mlp.onnx")
+    quantize_dynamic(tmp_path / "mlp.onnx", tmp_path / "mlp_q.onnx", weight_type=QuantType.QInt8)
+    r = check_json(tmp_path, tmp_path / "mlp_q.onnx", "--targets", "server/ort-cpu-noopt,web/ort-wasm", "--runs", "0",
+                   "--cosine", "0.9995")
+    assert r["model"]["quantized_ops"] == ["DynamicQuantizeLinear", "MatMulInteger"]
+    t = by_id(r)
+    assert t["server/ort-cpu"]["thresholds"]["max_abs"] == 1e-4  # the reference is the reference
+    for tid in ("server/ort-cpu-noopt", "web/ort-wasm"):
+        thr = t[tid]["thresholds"]
+        assert thr["max_abs"] is None and thr["top1_agreement"] == 0.95, (tid, thr)
+        assert thr["cosine"] == 0.9995  # the user's bound still wins
+        assert t[tid]["status"] == "pass"
+    assert any(n.startswith("the model is quantized already (dynamic: DynamicQuantizeLinear, MatMulInteger)")
+               for n in r["notes"]), r["notes"]
+    plain = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "server/ort-cpu-noopt", "--runs", "0")
+    assert "quantized_ops" not in plain["model"] and by_id(plain)["server/ort-cpu-noopt"]["thresholds"]["max_abs"] == 1e-4
+
+
+def test_a_tfjs_model_that_loads_and_fails_when_it_runs_is_a_run_error():
+    """A kernel missing at the first execution is a run-error naming the op; at load, a load-error."""
+    from portability.core.errors import LoadError, RunError
+    from portability.runtimes.tfjs import Tfjs
+
+    rt = Tfjs({"backend": "wasm"})
+    run = rt.op_error("inference: Kernel 'HardSwish' not registered for backend 'wasm'", RunError)
+    assert isinstance(run, RunError) and run.op == "HardSwish"
+    load = rt.op_error("Tensorflow Op is not supported: DenseBincount", LoadError)
+    assert isinstance(load, LoadError) and load.op == "DenseBincount"

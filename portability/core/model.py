@@ -49,6 +49,8 @@ class ModelInfo:
     #: framework that reads it, with its version (``keras 3.15.1``); see ``portability.sources``
     format: str = "onnx"
     framework: str | None = None
+    #: the quantized ops the graph carries (a model quantized already: ``QUANTIZED_OPS``)
+    quantized_ops: tuple[str, ...] = ()
 
     def artifact(self) -> Artifact:
         return Artifact(path=self.path, format=self.format, sha256=self.sha256)
@@ -64,7 +66,8 @@ class ModelInfo:
                    producer=d["producer"], inputs=tuple(TensorSpec.from_dict(t) for t in d["inputs"]),
                    outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
                    external_data=tuple(d.get("external_data", ())), index_bounds=dict(d.get("index_bounds") or {}),
-                   format=d.get("format", "onnx"), framework=d.get("framework"))
+                   format=d.get("format", "onnx"), framework=d.get("framework"),
+                   quantized_ops=tuple(d.get("quantized_ops") or ()))
 
     def to_dict(self) -> dict:
         """The report's ``model`` section. ``format`` and ``framework`` are added for sources other than
@@ -79,6 +82,7 @@ class ModelInfo:
             "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
             "external_data": list(self.external_data),
+            **({"quantized_ops": list(self.quantized_ops)} if self.quantized_ops else {}),
         }
 
 
@@ -233,7 +237,41 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
         outputs=outputs,
         external_data=tuple(str(f.relative_to(p.parent)) for f in files),
         index_bounds=_index_bounds(model, {i.name for i in inputs}),
+        quantized_ops=quantized_ops(model.graph),
     )
+
+
+#: ops that compute in integers: a model that carries them is quantized already ("dynamic": its activations
+#: are quantized at run time; "static": scales fixed in the graph, QDQ or QLinear)
+QUANTIZED_OPS = {
+    "dynamic": frozenset({"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM",
+                          "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}),
+    "static": frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "QLinearAdd",
+                         "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearAveragePool",
+                         "QLinearGlobalAveragePool", "QLinearSoftmax", "QLinearReduceMean", "QLinearWhere", "QGemm",
+                         "QAttention", "MatMulNBits"}),
+}
+
+
+def quantized_ops(graph) -> tuple[str, ...]:
+    """The quantized op types of a graph and its subgraphs, sorted."""
+    every = QUANTIZED_OPS["dynamic"] | QUANTIZED_OPS["static"]
+    found: set[str] = set()
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        for n in g.node:
+            if n.op_type in every:
+                found.add(n.op_type)
+            todo += [a.g for a in n.attribute if a.HasField("g")] + [x for a in n.attribute for x in a.graphs]
+    return tuple(sorted(found))
+
+
+def quantization(ops: tuple[str, ...]) -> str | None:
+    """``static``, ``dynamic`` or None: how a model carrying ``ops`` was quantized (static wins)."""
+    if set(ops) & QUANTIZED_OPS["static"]:
+        return "static"
+    return "dynamic" if ops else None
 
 
 def signature_of(inputs, outputs) -> dict[str, list[dict]]:

@@ -18,7 +18,7 @@ import numpy as np
 import portability
 from portability.core import inputs as inp
 from portability.core.errors import UsageError
-from portability.core.model import ModelInfo
+from portability.core.model import ModelInfo, quantization
 from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
 from portability.engine import plan, verdict, versions
 from portability.engine.options import CheckOptions, Limits
@@ -102,6 +102,8 @@ class _Run:
         self.ref_perturbed: dict[str, np.ndarray] = {}
         self.in_names = tuple(i.name for i in model.inputs)
         self.out_names = tuple(o.name for o in model.outputs)
+        #: the bounds of a model quantized already (``metrics.thresholds``), else None
+        self.quantized = {"static": thresholds.INT8, "dynamic": thresholds.DYNINT8}.get(quantization(model.quantized_ops))
         if opts.scores_output and opts.scores_output not in self.out_names:
             raise UsageError(f"--scores-output {opts.scores_output}: the model has no such output "
                              f"(outputs: {', '.join(self.out_names)})")
@@ -196,7 +198,21 @@ class _Run:
                    extra_feeds=str(self.robustness.file) if self.robustness and self.robustness.set.groups else "")
 
     def thresholds_for(self, target: Target) -> dict:
-        return thresholds.merged(target.thresholds, self.opts.thresholds, self.opts.target_thresholds.get(target.id))
+        """The target's bounds, loosened to a quantized model's where the model is quantized already, then
+        the user's."""
+        base = target.thresholds
+        if self.quantized and target.id != self.reference:
+            base = thresholds.looser(thresholds.merged(base), thresholds.merged(self.quantized))
+        return thresholds.merged(base, self.opts.thresholds, self.opts.target_thresholds.get(target.id))
+
+    def quantized_note(self) -> list[str]:
+        if not self.quantized:
+            return []
+        q = self.quantized
+        return [f"the model is quantized already ({quantization(self.model.quantized_ops)}: "
+                f"{', '.join(self.model.quantized_ops)}): every target is judged as a quantized model is, like the TFLite "
+                f"int8 variants (cosine >= {q['cosine']}, top-1 agreement >= {q['top1_agreement']}, max_abs reported "
+                "but not judged), since runtimes' integer kernels round differently"]
 
     def run(self, target: Target, skip_reason: str | None = None) -> TargetResult:
         try:
@@ -365,7 +381,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             results += [run.run(t, skip_reason=why) for t in rest]
         else:
             results += run.run_all(rest)
-        notes = list(feeds.warnings) + run.odd_one_out(results, targets)
+        notes = list(feeds.warnings) + run.quantized_note() + run.odd_one_out(results, targets)
         matrix = versions.matrix(results, run.outputs, version_info)
         if kept is not None:
             kept.update(inputs=_provenance(feeds, opts), outputs=dict(run.outputs))

@@ -31,6 +31,8 @@ class Threshold:
     default: float | None
     flag: str | None = None
     help: str = ""
+    #: a floor (the value must stay above it: cosine), not a ceiling (max_abs)
+    floor: bool = False
 
 
 @dataclass(frozen=True)

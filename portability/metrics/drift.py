@@ -12,8 +12,9 @@ THRESHOLDS = {
     "max_abs": Threshold(1e-4, "--max-abs", "largest absolute output difference"),
     #: the same in quantization steps of the output (quantized targets only)
     "max_abs_steps": Threshold(None),
-    "cosine": Threshold(0.9999, "--cosine", "lowest cosine similarity per output"),
-    "top1_agreement": Threshold(1.0, "--min-top1", "lowest top-1 agreement, the share of rows whose arg-max class matches the reference's"),
+    "cosine": Threshold(0.9999, "--cosine", "lowest cosine similarity per output", floor=True),
+    "top1_agreement": Threshold(1.0, "--min-top1", "lowest top-1 agreement, the share of rows whose arg-max class matches the reference's",
+                                floor=True),
 }
 
 #: what --baseline calls noise. A drift regression must pass both bounds: grow by more than ``drift_abs``

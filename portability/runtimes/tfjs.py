@@ -92,10 +92,10 @@ class Tfjs(WebRuntime):
             return Unavailable(f"TF.js {self.backend} backend cannot start in this Chromium: {message}",
                                "a GPU or a software adapter (SwiftShader) for the browser")
         m = _OP.search(message)
-        if m:
+        if m:  # the stage stays what it was: an op missing when the graph loads, or when it first runs
             d = m.groupdict()
             act = d["act"] or d["act2"]
-            return LoadError(message, op=d["op"] or d["kernel"] or act.capitalize())
+            return cls(message, op=d["op"] or d["kernel"] or act.capitalize())
         return cls(message)
 
 

@@ -3,17 +3,12 @@ under emulation. Chains are planned from the source (``engine.plan``); from ONNX
 share one onnx2tf run through the cache, from Keras/SavedModel TensorFlow's own converter makes them."""
 
 from portability.converters.onnx_snapshot import SNAPSHOT
+from portability.metrics.thresholds import DYNINT8, FP16, INT8  # reduced precision's bounds
 from portability.targets.base import Target
 
 #: the ORT-format chain from an ONNX source (what the tests convert with)
 ORT_CHAIN = (SNAPSHOT, ("portability.converters.ort_format:OrtFromOnnx", {}))
 LITERT = "portability.runtimes.litert:LiteRt"
-#: Reduced precision is held to looser, honest bounds. Quantized models are expected to differ numerically:
-#: they are judged on whether they still predict the same (cosine, top-1 agreement, accuracy with
-#: --dataset); their max_abs is reported, for int8 also in quantization steps of each output.
-FP16 = {"max_abs": 1e-2, "cosine": 0.999, "top1_agreement": 0.99}
-DYNINT8 = {"max_abs": None, "cosine": 0.999, "top1_agreement": 0.95}
-INT8 = {"max_abs": None, "cosine": 0.99, "top1_agreement": 0.95}
 ARM64_TIMEOUT_S = 900  # qemu runs everything ~250x slower; the emulated interpreter alone starts in seconds
 
 TARGETS = [
