@@ -90,3 +90,39 @@ def test_a_tfjs_model_that_loads_and_fails_when_it_runs_is_a_run_error():
     assert isinstance(run, RunError) and run.op == "HardSwish"
     load = rt.op_error("Tensorflow Op is not supported: DenseBincount", LoadError)
     assert isinstance(load, LoadError) and load.op == "DenseBincount"
+
+
+def test_a_reference_failing_on_synthesized_inputs_says_what_to_give(tmp_path):
+    """A Reshape whose target shape is an input: made-up integers are not a shape it takes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])
+    s = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")], "g", [x, s], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "reshape.onnx")
+    r = check_json(tmp_path, tmp_path / "reshape.onnx", "--targets", "server/ort-cpu-noopt", "--runs", "0", expect_rc=1)
+    ref = r["targets"][0]
+    assert ref["status"] == "run-error"
+    assert ref["hint"] == "give real inputs: --inputs FILE.npz with one array per input (x, shape)"
+    assert any(n.startswith("the reference failed on inputs this check synthesized (floats uniform in [0, 1), "
+                            "integers in [0, 10)") for n in r["notes"]), r["notes"]
+    np.savez(tmp_path / "in.npz", x=np.ones((1, 6), np.float32), shape=np.array([2, 3], np.int64))
+    ok = check_json(tmp_path, tmp_path / "reshape.onnx", "--targets", "server/ort-cpu-noopt", "--runs", "0",
+                    "--inputs", str(tmp_path / "in.npz"))
+    assert ok["passed"] and not any("synthesized" in n for n in ok["notes"])
+
+
+def test_an_image_of_dynamic_size_takes_the_size_the_model_says_else_224(tmp_path):
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["n", 3, "h", "w"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3, 1, 1])
+    g = helper.make_graph([helper.make_node("GlobalAveragePool", ["images"], ["y"])], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "plain.onnx")
+    helper.set_model_props(m, {"imgsz": "[640, 480]"})  # as Ultralytics' exporter writes it
+    onnx.save(m, tmp_path / "sized.onnx")
+    for name, hw, why in (("plain", [224, 224], "a common image size"), ("sized", [640, 480], "metadata 'imgsz'")):
+        r = check_json(tmp_path, tmp_path / f"{name}.onnx", "--targets", "server/ort-cpu-noopt", "--runs", "0")
+        assert r["inputs"]["shapes"]["images"] == [1, 3] + hw
+        assert any(f"dynamic height and width: using {hw[0]}x{hw[1]}" in n and why in n for n in r["notes"]), r["notes"]

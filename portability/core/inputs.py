@@ -70,9 +70,25 @@ def parse_shapes(specs: list[str] | None, model: ModelInfo) -> dict[str, tuple[i
     return out
 
 
+#: the height and width of an image input whose size the model does not say (a common training size)
+DEFAULT_IMAGE_SIZE = 224
+
+
+def image_axes(shape: tuple) -> tuple[int, int] | None:
+    """The (height, width) axes of an image-like 4-D input with a fixed channel count of 1, 3 or 4 (NCHW
+    or NHWC) whose height and width are not fixed; None for any other input."""
+    if len(shape) != 4:
+        return None
+    for c, hw in ((1, (2, 3)), (3, (1, 2))):
+        if shape[c] in (1, 3, 4) and not any(isinstance(shape[a], int) for a in hw):
+            return hw
+    return None
+
+
 def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple[dict[str, tuple[int, ...]], list[str]]:
     """Concrete shapes for every input: ``given`` first, then named dims shared across inputs, then
-    the defaults (leading dim -> 1, any other -> 32), each default use reported as a warning."""
+    the defaults (leading dim -> 1; an image's height and width -> the size the model's metadata gives,
+    else 224; any other -> 32), each default use reported as a warning."""
     named: dict[str, int] = {}
     for name, shape in given.items():
         spec = next(i for i in model.inputs if i.name == name)
@@ -86,11 +102,25 @@ def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple
             shapes[spec.name] = given[spec.name]
             continue
         dims = []
+        image = image_axes(spec.shape)
+        if image and any(isinstance(spec.shape[a], str) and spec.shape[a] in named for a in image):
+            image = None  # another input's given shape names these dims already
+        hw = model.image_size or (DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE)
+        if image:
+            why = (f"the size in the model's metadata '{model.image_size_from}'" if model.image_size
+                   else "a common image size; the model does not say its own")
+            warnings.append(f"input '{spec.name}' is an image of dynamic height and width: using {hw[0]}x{hw[1]} "
+                            f"({why}; set it with --shape {spec.name}=...)")
         for axis, d in enumerate(spec.shape):
             if isinstance(d, int):
                 dims.append(d)
             elif isinstance(d, str) and d in named:
                 dims.append(named[d])
+            elif image and axis in image:
+                v = hw[image.index(axis)]
+                if isinstance(d, str):
+                    named[d] = v
+                dims.append(v)
             else:
                 v = DEFAULT_BATCH if axis == 0 else DEFAULT_OTHER_DIM
                 if isinstance(d, str):

@@ -51,6 +51,9 @@ class ModelInfo:
     framework: str | None = None
     #: the quantized ops the graph carries (a model quantized already: ``QUANTIZED_OPS``)
     quantized_ops: tuple[str, ...] = ()
+    #: (height, width) the model's metadata gives for its images, and the key that gave it (``image_size``)
+    image_size: tuple[int, int] | None = None
+    image_size_from: str | None = None
 
     def artifact(self) -> Artifact:
         return Artifact(path=self.path, format=self.format, sha256=self.sha256)
@@ -67,7 +70,9 @@ class ModelInfo:
                    outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
                    external_data=tuple(d.get("external_data", ())), index_bounds=dict(d.get("index_bounds") or {}),
                    format=d.get("format", "onnx"), framework=d.get("framework"),
-                   quantized_ops=tuple(d.get("quantized_ops") or ()))
+                   quantized_ops=tuple(d.get("quantized_ops") or ()),
+                   image_size=tuple(d["image_size"]) if d.get("image_size") else None,
+                   image_size_from=d.get("image_size_from"))
 
     def to_dict(self) -> dict:
         """The report's ``model`` section. ``format`` and ``framework`` are added for sources other than
@@ -238,6 +243,7 @@ def load_model(path: str | os.PathLike) -> ModelInfo:
         external_data=tuple(str(f.relative_to(p.parent)) for f in files),
         index_bounds=_index_bounds(model, {i.name for i in inputs}),
         quantized_ops=quantized_ops(model.graph),
+        **dict(zip(("image_size", "image_size_from"), image_size(model))),
     )
 
 
@@ -265,6 +271,24 @@ def quantized_ops(graph) -> tuple[str, ...]:
                 found.add(n.op_type)
             todo += [a.g for a in n.attribute if a.HasField("g")] + [x for a in n.attribute for x in a.graphs]
     return tuple(sorted(found))
+
+
+#: metadata keys exporters write an image size under (Ultralytics: ``imgsz``)
+IMAGE_SIZE_KEYS = ("imgsz", "image_size", "img_size", "input_size", "image_shape", "input_shape")
+
+
+def image_size(model) -> tuple[tuple[int, int] | None, str | None]:
+    """((height, width), the metadata key) an exporter recorded for the model's images, else (None, None)."""
+    import re
+
+    props = {p.key.lower(): p.value for p in model.metadata_props}
+    for key in IMAGE_SIZE_KEYS:
+        nums = [int(n) for n in re.findall(r"\d+", props.get(key, ""))]
+        if len(nums) in (1, 2, 3, 4) and all(8 <= n <= 8192 for n in nums[-2:]):
+            hw = (nums[0], nums[0]) if len(nums) == 1 else tuple(nums[-2:]) if len(nums) in (2, 4) else None
+            if hw:
+                return hw, key
+    return None, None
 
 
 def quantization(ops: tuple[str, ...]) -> str | None:
@@ -303,6 +327,7 @@ if __name__ == "__main__":
 
     try:
         info = load_model(sys.argv[1])
-        print(json.dumps(dict(info.to_dict(), index_bounds=info.index_bounds)))
+        print(json.dumps(dict(info.to_dict(), index_bounds=info.index_bounds, image_size=info.image_size,
+                              image_size_from=info.image_size_from)))
     except BadModel as e:
         print(json.dumps({"error": str(e)}))

@@ -66,6 +66,27 @@ def prepare_feeds(model: ModelInfo, opts: CheckOptions) -> inp.Feeds:
     return feeds
 
 
+def _synthesized_failure(ref: TargetResult, feeds: inp.Feeds, opts: CheckOptions, model: ModelInfo) -> list[str]:
+    """[the note, the fix] when the reference failed to run on inputs this check made up (its own runtime
+    refusing them is rarely the model's fault: the values or the sizes guessed were not ones it takes)."""
+    if feeds.source != "synthesized" or ref.status not in ("run-error", "crashed", "timeout"):
+        return []
+    lo, hi = opts.value_range
+    kinds = {np.dtype(a.dtype).kind for a in feeds.arrays.values()}
+    made = ", ".join(filter(None, [f"floats uniform in [{lo:g}, {hi:g})" if kinds & {"f"} else "",
+                                   "integers in [0, 10) (or inside the table they index)" if kinds & {"i", "u"} else "",
+                                   "random booleans" if "b" in kinds else ""]))
+    guessed = [w.split(": using ")[0].removeprefix("input ") + " = " + w.split(": using ")[1].split(" (")[0]
+               for w in feeds.warnings if ": using " in w]
+    names = ", ".join(i.name for i in model.inputs)
+    note = (f"the reference failed on inputs this check synthesized ({made}; seed {feeds.seed})"
+            + (f" at guessed sizes ({'; '.join(guessed)})" if guessed else "")
+            + ": the model may need real values or other sizes")
+    fix = (f"give real inputs: --inputs FILE.npz with one array per input ({names})"
+           + (", or the sizes it takes: --shape NAME=DIMS" if guessed else ""))
+    return [note, fix]
+
+
 def environment(sandbox: str = "auto") -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -376,12 +397,16 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         ref = run.run(targets[0])
         results = [ref]
         rest = targets[1:]
+        synthesized_failed = _synthesized_failure(ref, feeds, opts, model)
+        if synthesized_failed:
+            ref = results[0] = replace(ref, hint=ref.hint or synthesized_failed[1])
         if ref.status != "pass":
             why = f"the reference {run.reference} did not run ({ref.status}): nothing to compare with"
             results += [run.run(t, skip_reason=why) for t in rest]
         else:
             results += run.run_all(rest)
-        notes = list(feeds.warnings) + run.quantized_note() + run.odd_one_out(results, targets)
+        notes = (list(feeds.warnings) + run.quantized_note() + synthesized_failed[:1]
+                 + run.odd_one_out(results, targets))
         matrix = versions.matrix(results, run.outputs, version_info)
         if kept is not None:
             kept.update(inputs=_provenance(feeds, opts), outputs=dict(run.outputs))
