@@ -182,6 +182,8 @@ def _read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
         raise BadInput(f"{path} is not a readable .npz file: {e}") from None
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__})") from None
+    except Exception as e:  # noqa: BLE001 - a damaged member (its compression, its header): unreadable, said once
+        raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__})") from None
 
 
 def _check_npz_sizes(path: Path) -> None:
@@ -202,8 +204,12 @@ def _check_npz_sizes(path: Path) -> None:
                 if dtype.hasobject:
                     raise BadInput(f"{path}: array '{info.filename[:-4]}' holds Python objects: pickled data is refused (save plain numeric arrays)")
                 total += int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    except BadInput:
+        raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__}: {e})") from None
+        raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+    except Exception as e:  # noqa: BLE001 - a damaged member (its compression, its header tokens): unreadable
+        raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__})") from None
     if total > budget:
         raise BadInput(f"{path}: its arrays claim {total / 2**30:.1f} GiB, more than half the memory available here")
 

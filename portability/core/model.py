@@ -99,8 +99,8 @@ def _tensors_with_external_data(model):
 
 def _location(tensor) -> str:
     for kv in tensor.external_data:
-        if kv.key == "location":
-            return kv.value
+        if kv.key == "location":  # protobuf gives bytes for a string that is not UTF-8
+            return kv.value if isinstance(kv.value, str) else kv.value.decode("utf-8", "replace")
     return ""
 
 
@@ -108,16 +108,23 @@ def confined_location(model_dir: Path, location: str, tensor_name: str = "?") ->
     """The external-data file a location names, refused unless it is a file inside ``model_dir``."""
     if not location:
         raise BadModel(f"tensor '{tensor_name}' uses external data but names no location")
+    if "\x00" in location:
+        raise BadModel(f"external data path of tensor '{tensor_name}' holds a NUL character: refused")
     if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location.split("/")[0]:
         raise BadModel(f"external data path '{location}' of tensor '{tensor_name}' is absolute: refused (it must lie in the model's folder)")
     parts = location.replace("\\", "/").split("/")
     if ".." in parts:
         raise BadModel(f"external data path '{location}' of tensor '{tensor_name}' leaves the model's folder: refused")
     base = model_dir.resolve()
-    target = (model_dir / location).resolve()
+    try:
+        target = (model_dir / location).resolve()
+        is_file = target.is_file()
+    except OSError as e:  # a name too long for this file system, say
+        raise BadModel(f"external data path '{location[:80]}' of tensor '{tensor_name}' cannot name a file here "
+                       f"({e.strerror})") from None
     if base != target and base not in target.parents:
         raise BadModel(f"external data path '{location}' of tensor '{tensor_name}' resolves outside the model's folder (symlink?): refused")
-    if not target.is_file():
+    if not is_file:
         raise BadModel(f"external data file '{location}' of tensor '{tensor_name}' is missing next to the model")
     return target
 
@@ -185,7 +192,17 @@ def _index_bounds(model, input_names: set[str]) -> dict[str, int]:
 
 
 def load_model(path: str | os.PathLike) -> ModelInfo:
-    """Validate ``path`` fully (checker, shape inference, external data) and describe it."""
+    """Validate ``path`` fully (checker, shape inference, external data) and describe it. A graph whose
+    values are of the wrong kind (protobuf hands over bytes for a name that is not UTF-8) is refused in
+    one line like any other malformed model."""
+    try:
+        return _load_model(path)
+    except (TypeError, ValueError, AttributeError, UnicodeError, IndexError, KeyError) as e:
+        raise BadModel(f"{Path(path).name}: a malformed ONNX model ({type(e).__name__}: "
+                       f"{' '.join(str(e).split())[:200]})") from None
+
+
+def _load_model(path: str | os.PathLike) -> ModelInfo:
     p = Path(path)
     if not p.exists():
         raise BadModel(f"model file not found: {p}")

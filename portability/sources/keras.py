@@ -8,6 +8,7 @@ every native route (SavedModel, TFLite, TF.js) speaks the same names.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +30,7 @@ def claims(p: Path) -> bool:
 
 def open_model(path: Path):
     """The Keras model in ``path`` (safe mode, not compiled); BadModel with one line otherwise."""
-    if not zipfile.is_zipfile(path):
-        raise BadModel(f"{path.name} is not a Keras 3 .keras file (not a zip archive: truncated or corrupt?)")
-    with zipfile.ZipFile(path) as z:
-        names = set(z.namelist())
-        if "config.json" not in names:
-            raise BadModel(f"{path.name} is not a Keras 3 .keras file (no config.json inside)")
-        bad = z.testzip()
-        if bad:
-            raise BadModel(f"{path.name}: member {bad} is corrupt (truncated file?)")
-        if allowlists_on():
-            _vet_config(path, z.read("config.json"))
+    vet(path)
     quiet_tf()
     import keras
 
@@ -51,6 +42,24 @@ def open_model(path: Path):
             raise BadModel(f"{path.name}: refused: it holds a Lambda layer (Python code), which Keras's safe mode "
                            "does not load and portability never runs; replace it by a registered layer") from None
         raise BadModel(f"{path.name}: Keras cannot load it ({type(e).__name__}: {msg[:300]})") from None
+
+
+def vet(path: Path) -> None:
+    """What is read before Keras is: the archive, its members' integrity and the config's allow-list."""
+    if not zipfile.is_zipfile(path):
+        raise BadModel(f"{path.name} is not a Keras 3 .keras file (not a zip archive: truncated or corrupt?)")
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            if "config.json" not in names:
+                raise BadModel(f"{path.name} is not a Keras 3 .keras file (no config.json inside)")
+            bad = z.testzip()
+            if bad:
+                raise BadModel(f"{path.name}: member {bad} is corrupt (truncated file?)")
+            if allowlists_on():
+                _vet_config(path, z.read("config.json"))
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as e:
+        raise BadModel(f"{path.name}: a damaged .keras archive ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
 
 
 #: the non-Keras objects Keras 3 itself serializes into a config (tensors, tuples, arrays...)

@@ -55,8 +55,8 @@ def _check_ops(pb: Path) -> None:
         raise BadModel(f"{pb} is not a valid SavedModel protobuf (truncated or corrupt)") from None
     for mg in sm.meta_graphs:
         why = tf_vet.refusal(mg, pb.parent)
-        if why:
-            raise BadModel(f"{pb.parent.name}: refused: {why}")
+        if why:  # names come from the file: keep the line one line of printable text
+            raise BadModel(f"{pb.parent.name}: refused: " + "".join(c if c.isprintable() else "?" for c in why)[:500])
 
 
 def open_signature(folder: Path):

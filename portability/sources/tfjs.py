@@ -36,7 +36,7 @@ def read(path: Path) -> dict:
         doc = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError):
         raise BadModel(f"{path.name} is not valid JSON (truncated?)") from None
-    if not isinstance(doc, dict) or "modelTopology" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("modelTopology"), dict):
         raise BadModel(f"{path.name} is not a TF.js model (no modelTopology)")
     if doc.get("format") == "layers-model" or "node" not in (doc.get("modelTopology") or {}):
         raise BadModel(f"{path.name} is a TF.js layers model: convert it to a graph model "
@@ -89,10 +89,13 @@ def load(path) -> ModelInfo:
     if not p.is_file():
         raise BadModel(f"no model.json at {p}")
     doc = read(p)
-    if allowlists_on():
-        vet_ops(doc, p)
-    files = shards(doc, p.parent)
-    inputs, outputs = signature(doc)
+    try:
+        if allowlists_on():
+            vet_ops(doc, p)
+        files = shards(doc, p.parent)
+        inputs, outputs = signature(doc)
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as e:  # a value of the wrong kind
+        raise BadModel(f"{p.name}: a malformed TF.js model.json ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
     sha, size = digest([p] + files)
     return ModelInfo(path=p, sha256=sha, size_bytes=size, opset=None, producer=f"TF.js graph model ({doc.get('convertedBy') or 'unknown converter'})",
                      inputs=tuple(inputs), outputs=tuple(outputs), format=FORMAT,

@@ -41,9 +41,14 @@ def load(path) -> ModelInfo:
         it = Interpreter(model_path=str(p), num_threads=1)
     except Exception as e:
         raise BadModel(f"{p.name}: LiteRT cannot read it ({' '.join(str(e).split())[:300]})") from None
-    ins, outs = interpreter_io(it)
     conv = lambda items: tuple(spec(n, np.dtype(d["dtype"]).name, [int(x) for x in d.get("shape_signature", d["shape"])])  # noqa: E731
                                for n, d in items)
+    try:
+        ins, outs = interpreter_io(it)
+        inputs, outputs = conv(ins), conv(outs)
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError) as e:  # a name that is not text, a bad type
+        raise BadModel(f"{p.name}: LiteRT reads a malformed signature ({type(e).__name__}: "
+                       f"{' '.join(str(e).split())[:200]})") from None
     sha, size = digest([p])
     return ModelInfo(path=p, sha256=sha, size_bytes=size, opset=None, producer="TFLite flatbuffer",
-                     inputs=conv(ins), outputs=conv(outs), format=FORMAT, framework=version("ai-edge-litert"))
+                     inputs=inputs, outputs=outputs, format=FORMAT, framework=version("ai-edge-litert"))

@@ -261,6 +261,10 @@ def _archive(f, path: Path) -> tuple[zipfile.ZipFile, _Archive]:
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
         z.close()
         raise BadModel(f"{path.name}: a damaged torch.export archive ({type(e).__name__}: {str(e)[:200]})") from None
+    except (AttributeError, TypeError, KeyError, IndexError) as e:  # a JSON value of the wrong kind
+        z.close()
+        raise BadModel(f"{path.name}: a malformed torch.export archive ({type(e).__name__}: "
+                       f"{' '.join(str(e).split())[:200]})") from None
     return z, _Archive(root, program, weights, constants)
 
 
