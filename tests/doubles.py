@@ -132,6 +132,8 @@ register(
            description="ort-wasm whose page hangs in the first inference"),
     Target(id="test/web-crash", runtime=f"{HERE}:WebCrash", options={"ep": "wasm", "threads": 1},
            description="ort-wasm whose page crashes"),
+    Target(id="test/ort-cpu-one-batch", runtime="portability.runtimes.ort:OrtCpu", sample_budget_s=1e-6,
+           description="ONNX Runtime, CPU, with a correctness budget no inference fits: one batch is compared"),
     Target(id="test/arm64-crash", runtime=f"{HERE}:Arm64Crash", variant={"quant": "fp32"}, run_timeout_s=ARM64_TIMEOUT_S,
            description="LiteRT's aarch64 build whose emulated process is killed on the first inference"),
 )

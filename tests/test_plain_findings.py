@@ -126,3 +126,20 @@ def test_an_image_of_dynamic_size_takes_the_size_the_model_says_else_224(tmp_pat
         r = check_json(tmp_path, tmp_path / f"{name}.onnx", "--targets", "server/ort-cpu-noopt", "--runs", "0")
         assert r["inputs"]["shapes"]["images"] == [1, 3] + hw
         assert any(f"dynamic height and width: using {hw[0]}x{hw[1]}" in n and why in n for n in r["notes"]), r["notes"]
+
+
+def test_a_slow_target_compares_fewer_batches_and_says_so(tmp_path):
+    """A target whose correctness batches would overrun its budget (emulators and software GPU adapters
+    have one: ``SLOW_SAMPLE_BUDGET_S``) compares the first batches only, against the reference's same
+    batches and labels."""
+    from conftest import FIXTURES
+
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "test/ort-cpu-one-batch", "--dataset",
+                   str(FIXTURES / "digits.npz"), "--samples", "64", "--runs", "0",
+                   env={"PORTABILITY_PLUGINS": "doubles"})
+    ref, t = r["targets"][0], by_id(r)["test/ort-cpu-one-batch"]
+    assert t["status"] == "pass" and t["details"]["samples"]["batches"] == 1
+    assert t["details"]["samples"]["of"] == r["inputs"]["batches"] > 1
+    assert t["metrics"]["accuracy_delta"] in (None, 0.0)  # the reference's accuracy on the same batch
+    assert any(n.startswith(f"compared on 1 of {r['inputs']['batches']} input batches") for n in t["notes"]), t["notes"]
+    assert "samples" not in ref["details"]

@@ -31,6 +31,9 @@ class Target:
     #: seconds its latency sampling may take (None: the check's budget) and the fewest timed runs
     time_budget_s: float | None = None
     min_runs: int | None = None
+    #: seconds its correctness batches may take (None: unlimited, or the slow targets' budget for an
+    #: emulated or software-adapter runtime): a slow inference then compares fewer batches
+    sample_budget_s: float | None = None
     description: str = ""
     #: another Python environment's interpreter its worker runs in, and variables its worker gets (a version
     #: of a package other than the installed one: ``engine/versions.py``)
@@ -53,6 +56,7 @@ class Target:
             "run_timeout_s": self.run_timeout_s,
             "time_budget_s": self.time_budget_s,
             "min_runs": self.min_runs,
+            "sample_budget_s": self.sample_budget_s,
             "description": self.description,
             "python": self.python,
             "env": self.env,
@@ -71,6 +75,7 @@ class Target:
             run_timeout_s=d.get("run_timeout_s"),
             time_budget_s=d.get("time_budget_s"),
             min_runs=d.get("min_runs"),
+            sample_budget_s=d.get("sample_budget_s"),
             description=d.get("description", ""),
             python=d.get("python"),
             env=dict(d.get("env") or {}),

@@ -298,9 +298,15 @@ class _Run:
             self.score_name = self.opts.scores_output or acc.score_output(outs)
         rob = self.robustness
         extra = load_outputs(wdir / "extra_outputs.npz", self.out_names) if wr.ok and rob else {}
-        ev = Evaluation(worker=wr, outputs=outs, reference=None if is_ref else self.ref_outputs,
-                        output_names=self.out_names, labels=self.feeds.labels, score_name=self.score_name,
-                        reference_metrics=self.ref_metrics, perturbed=rob.set if rob else None, perturbed_outputs=extra,
+        ref, labels, cut = self.ref_outputs, self.feeds.labels, (wr.details or {}).get("samples")
+        ref_metrics = self.ref_metrics
+        if cut and not is_ref:  # a slow target compared the first batches only: so is the reference
+            ref = {n: v[:cut["batches"]] for n, v in ref.items()}
+            labels = labels[:cut["batches"]] if labels is not None and len(labels) == cut["of"] else labels
+            ref_metrics = dict(ref_metrics, accuracy=acc.accuracy(ref, labels, self.score_name))
+        ev = Evaluation(worker=wr, outputs=outs, reference=None if is_ref else ref,
+                        output_names=self.out_names, labels=labels, score_name=self.score_name,
+                        reference_metrics=ref_metrics, perturbed=rob.set if rob else None, perturbed_outputs=extra,
                         reference_perturbed=None if is_ref else self.ref_perturbed,
                         adversarial=rob.adversarial if rob else None)
         if wr.ok:
@@ -314,8 +320,16 @@ class _Run:
             self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
                             runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
-                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + self._timing_note(m),
+                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + self._samples_note(wr) + self._timing_note(m),
                             details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
+
+    @staticmethod
+    def _samples_note(wr: WorkerResult) -> tuple[str, ...]:
+        cut = (wr.details or {}).get("samples")
+        if not cut:
+            return ()
+        return (f"compared on {cut['batches']} of {cut['of']} input batches: one inference took "
+                f"{cut['first_ms'] / 1e3:.3g} s here, over the {cut['budget_s']:g} s its correctness batches may take",)
 
     @staticmethod
     def _timing_note(m: dict) -> tuple[str, ...]:

@@ -75,6 +75,20 @@ SLOW_BUDGET_S = 0.5
 
 #: the fewest timed runs of a target whose inference is slow (a target may set its own, even 0)
 MIN_RUNS = 5
+#: the fewest timed runs of a target whose speed is no device's (an emulator, a software GPU adapter):
+#: one run, labelled as such, says what there is to say
+SLOW_MIN_RUNS = 1
+#: the seconds the correctness batches of such a target may take: when one inference is slow, fewer
+#: batches are compared (at least one; the report says how many)
+SLOW_SAMPLE_BUDGET_S = 20.0
+
+
+def sample_count(first_ms: float, batches: int, budget_s: float | None) -> int:
+    """How many of ``batches`` input batches fit ``budget_s`` when one takes ``first_ms`` (all of them
+    without a budget; at least one)."""
+    if not budget_s or first_ms <= 0 or first_ms * batches <= budget_s * 1e3:
+        return batches
+    return max(1, min(batches, int(budget_s * 1e3 // first_ms)))
 
 
 @dataclass(frozen=True)

@@ -78,31 +78,39 @@ def _convert(job: Job, feeds: dict[str, np.ndarray], events: _Events, p: _Progre
 def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _Progress) -> dict[str, Any]:
     """Every batch once (outputs saved), then the timing plan; returns the raw latency record."""
     from portability.core.protocol import save_outputs
-    from portability.metrics.latency import MIN_RUNS, SLOW_BUDGET_S, timing_plan
+    from portability.metrics.latency import (MIN_RUNS, SLOW_BUDGET_S, SLOW_MIN_RUNS, SLOW_SAMPLE_BUDGET_S, sample_count,
+                                             timing_plan)
 
     nb = next(iter(feeds.values())).shape[0]
     extra = _extra_batches(job)
+    t = job.target
+    slow = runtime.device == "software" or runtime.emulated  # its speed is no device's
     events.phase(Phase.INFER, batches=nb + len(extra))
     batches = [_batch(feeds, i) for i in range(nb)]
     t0 = time.perf_counter()
     results = [runtime.infer(batches[0])]
     first_ms = (time.perf_counter() - t0) * 1e3
+    # a slow inference compares fewer batches (the report says how many; the engine compares those only)
+    sample_budget = t.sample_budget_s if t.sample_budget_s is not None else (SLOW_SAMPLE_BUDGET_S if slow else None)
+    k = sample_count(first_ms, nb, sample_budget)
+    if k < nb:
+        p.details["samples"] = {"batches": k, "of": nb, "budget_s": sample_budget, "first_ms": round(first_ms, 1)}
     t0 = time.perf_counter()
-    rest = batches[1:] + extra  # one call: a page or an emulator gets every batch at once
+    rest = batches[1:k] + extra  # one call: a page or an emulator gets every batch at once
     results += runtime.infer_all(rest) if rest else []
     # what one inference costs, to fit the timing into its budget: the later batches' mean, else the first
     per_ms = (time.perf_counter() - t0) * 1e3 / len(rest) if rest else first_ms
     if extra:
-        save_outputs(results[nb:], Path(job.extra_outputs), job.output_names)
-    save_outputs(results[:nb], Path(job.outputs), job.output_names)
+        save_outputs(results[k:], Path(job.extra_outputs), job.output_names)
+    save_outputs(results[:k], Path(job.outputs), job.output_names)
 
     p.phase = Phase.TIME
     latency: dict[str, Any] = {"first": round(first_ms or 0.0, 4)}
-    t = job.target
     budget = t.time_budget_s if t.time_budget_s is not None else job.time_budget_s
-    if runtime.device == "software" or runtime.emulated:  # its speed is no device's: a short look suffices
+    if slow:  # a short look suffices, and one run where one inference is slow
         budget = min(budget, SLOW_BUDGET_S) if budget else SLOW_BUDGET_S
-    plan = timing_plan(per_ms, job.warmup, job.runs, budget, t.min_runs if t.min_runs is not None else MIN_RUNS)
+    min_runs = t.min_runs if t.min_runs is not None else (SLOW_MIN_RUNS if slow else MIN_RUNS)
+    plan = timing_plan(per_ms, job.warmup, job.runs, budget, min_runs)
     latency.update(plan.record())
     if plan.runs > 0:
         runtime.warm_up(_batch(feeds, 0), plan.warmup)
