@@ -258,8 +258,8 @@ def _archive(f, path: Path) -> tuple[zipfile.ZipFile, _Archive]:
     except _Refused as e:
         z.close()
         raise BadModel(f"{path.name}: refused: {e.entry}: {e}") from None
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-        z.close()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError) as e:
+        z.close()  # NotImplementedError: a zip version or compression zipfile does not read
         raise BadModel(f"{path.name}: a damaged torch.export archive ({type(e).__name__}: {str(e)[:200]})") from None
     except (AttributeError, TypeError, KeyError, IndexError) as e:  # a JSON value of the wrong kind
         z.close()
