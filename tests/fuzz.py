@@ -10,7 +10,7 @@ numbers, deep nesting, paths that leave the folder, wrong types), keys removed. 
 must hold: the reader returns, or refuses with one line (``BadModel``/``BadInput``); never another exception,
 never longer than ``LIMIT_S``, never a file written outside the case's own folder.
 
-Readers: ONNX (``core.model.load_model``: onnx's parser and checker, external data confined to the
+Readers (each after ``sources.detect``, the source kind from names and a few bytes): ONNX (``core.model.load_model``: onnx's parser and checker, external data confined to the
 model's folder), Keras archives (``sources.keras.vet``: the archive and its config's allow-list), SavedModel
 (``sources.saved_model.check_folder``: the protobuf and its ops' allow-list), TF.js (``sources.tfjs.load``),
 torch.export archives (``sources.torch_export.vet``), ``--inputs``/``--dataset`` files
@@ -149,33 +149,44 @@ def _json_or_bytes(data: bytes, rng: random.Random) -> bytes:
     return mutate_bytes(data, rng)
 
 
+def detect(p: Path) -> str:
+    from portability.sources import detect as kind
+
+    return kind(p)
+
+
 def _read_onnx(p: Path):
     from portability.core.model import load_model
 
+    detect(p)  # what a check does first
     return load_model(p)
 
 
 def _read_keras(p: Path):
     from portability.sources.keras import vet
 
+    detect(p)  # what a check does first
     return vet(p)
 
 
 def _read_saved_model(p: Path):
     from portability.sources.saved_model import check_folder
 
+    detect(p)  # what a check does first
     return check_folder(p)
 
 
 def _read_tfjs(p: Path):
     from portability.sources.tfjs import load
 
+    detect(p)  # what a check does first
     return load(p)
 
 
 def _read_pt2(p: Path):
     from portability.sources.torch_export import vet
 
+    detect(p)  # what a check does first
     return vet(p)
 
 
@@ -201,6 +212,7 @@ def _read_npz(p: Path):
 def _read_tflite(p: Path):
     from portability.sources.tflite import load
 
+    detect(p)  # what a check does first
     return load(p)
 
 

@@ -80,9 +80,13 @@ def _refuse_pickles(p: Path) -> None:
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
         raise BadModel(f"{p.name} is a pickle (loading one runs code): refused. {_PICKLE_TORCH.split(': refused. ')[1]}")
     if head[:2] == b"PK" and zipfile.is_zipfile(p):
-        with zipfile.ZipFile(p) as z:
-            if any(n.endswith(("data.pkl", "constants.pkl")) for n in z.namelist()):
-                raise BadModel(f"{p.name}: {_PICKLE_TORCH}")
+        try:
+            with zipfile.ZipFile(p) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
+            return  # a damaged archive: the reader refuses it, saying what it is not
+        if any(n.endswith(("data.pkl", "constants.pkl")) for n in names):
+            raise BadModel(f"{p.name}: {_PICKLE_TORCH}")
 
 
 def reference(kind: str) -> str:

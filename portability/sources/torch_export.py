@@ -240,7 +240,7 @@ def _archive(f, path: Path) -> tuple[zipfile.ZipFile, _Archive]:
     size = os.fstat(f.fileno()).st_size
     try:
         z = zipfile.ZipFile(f)
-    except (zipfile.BadZipFile, OSError, ValueError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
         raise BadModel(f"{path.name} is not a torch.export archive (not a zip file: truncated or another format)") from None
     try:
         root, entries = _entries(z, size)
