@@ -55,6 +55,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-detector-") as d:
         model = Path(d) / "detector.onnx"
         build(model)
+        size = model.stat().st_size
         out = args.json or Path(d) / "report.json"
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-m", "portability", "check", str(model), "--targets", args.targets,
@@ -63,13 +64,14 @@ def main() -> None:
         if not out.is_file():
             sys.exit(f"the check wrote no report (exit {p.returncode}): {p.stderr[-2000:]}")
         r = json.loads(out.read_text())
-    print(f"detector 1x3x800x608, {model.stat().st_size if model.exists() else 0} bytes; --targets {args.targets}: "
+    print(f"detector 1x3x800x608, {size / 2**20:.1f} MB; --targets {args.targets}: "
           f"{wall:.0f} s wall (exit {p.returncode})")
     for t in r["targets"]:
         lat = (t.get("metrics") or {}).get("latency_ms") or {}
         samples = (t.get("details") or {}).get("samples") or {}
         cut = f", checked {samples['batches']} of {samples['of']} batches" if samples else ""
-        print(f"  {t['id']:<24} {t['status']:<13} {t.get('duration_s') or 0:7.1f} s  timed runs {lat.get('runs', '–')}{cut}")
+        print(f"  {t['id']:<24} {t['status']:<13} done after {t.get('duration_s') or 0:7.1f} s  timed runs "
+              f"{lat.get('runs', '–')}{cut}")
 
 
 if __name__ == "__main__":
