@@ -304,3 +304,25 @@ def from_dataset(model: ModelInfo, path: Path, shapes: dict[str, tuple[int, ...]
         out[spec.name] = _conform(spec.name, x, spec, shapes[spec.name], str(path), warnings)
     labels = y[: nb * batch].reshape(nb, batch).astype(np.int64)
     return Feeds(out, "dataset", labels=labels, warnings=warnings)
+
+
+def failure_help(status: str, feeds: Feeds, value_range: tuple[float, float], model: ModelInfo) -> list[str]:
+    """[the note, the fix] when the reference failed to run (``status``) on inputs this check made up (its
+    own runtime refusing them is rarely the model's fault: the values or the sizes guessed were not ones it
+    takes); [] otherwise."""
+    if feeds.source != "synthesized" or status not in ("run-error", "crashed", "timeout"):
+        return []
+    lo, hi = value_range
+    kinds = {np.dtype(a.dtype).kind for a in feeds.arrays.values()}
+    made = ", ".join(filter(None, [f"floats uniform in [{lo:g}, {hi:g})" if kinds & {"f"} else "",
+                                   "integers in [0, 10) (or inside the table they index)" if kinds & {"i", "u"} else "",
+                                   "random booleans" if "b" in kinds else ""]))
+    guessed = [w.split(": using ")[0].removeprefix("input ") + " = " + w.split(": using ")[1].split(" (")[0]
+               for w in feeds.warnings if ": using " in w]
+    names = ", ".join(i.name for i in model.inputs)
+    note = (f"the reference failed on inputs this check synthesized ({made}; seed {feeds.seed})"
+            + (f" at guessed sizes ({'; '.join(guessed)})" if guessed else "")
+            + ": the model may need real values or other sizes")
+    fix = (f"give real inputs: --inputs FILE.npz with one array per input ({names})"
+           + (", or the sizes it takes: --shape NAME=DIMS" if guessed else ""))
+    return [note, fix]

@@ -27,7 +27,7 @@ from portability import metrics
 from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
 from portability.metrics.base import Evaluation
-from portability.metrics.latency import summarize
+from portability.metrics.latency import samples_note, summarize, timing_note
 from portability.report.schema import Report, TargetResult
 from portability.sources import load_source_isolated
 from portability.targets import REFERENCE, Target, availability
@@ -64,27 +64,6 @@ def prepare_feeds(model: ModelInfo, opts: CheckOptions) -> inp.Feeds:
         feeds = inp.synthesize(model, shapes, opts.samples or inp.DEFAULT_SAMPLES, opts.seed, opts.value_range)
     feeds.warnings[:0] = warnings
     return feeds
-
-
-def _synthesized_failure(ref: TargetResult, feeds: inp.Feeds, opts: CheckOptions, model: ModelInfo) -> list[str]:
-    """[the note, the fix] when the reference failed to run on inputs this check made up (its own runtime
-    refusing them is rarely the model's fault: the values or the sizes guessed were not ones it takes)."""
-    if feeds.source != "synthesized" or ref.status not in ("run-error", "crashed", "timeout"):
-        return []
-    lo, hi = opts.value_range
-    kinds = {np.dtype(a.dtype).kind for a in feeds.arrays.values()}
-    made = ", ".join(filter(None, [f"floats uniform in [{lo:g}, {hi:g})" if kinds & {"f"} else "",
-                                   "integers in [0, 10) (or inside the table they index)" if kinds & {"i", "u"} else "",
-                                   "random booleans" if "b" in kinds else ""]))
-    guessed = [w.split(": using ")[0].removeprefix("input ") + " = " + w.split(": using ")[1].split(" (")[0]
-               for w in feeds.warnings if ": using " in w]
-    names = ", ".join(i.name for i in model.inputs)
-    note = (f"the reference failed on inputs this check synthesized ({made}; seed {feeds.seed})"
-            + (f" at guessed sizes ({'; '.join(guessed)})" if guessed else "")
-            + ": the model may need real values or other sizes")
-    fix = (f"give real inputs: --inputs FILE.npz with one array per input ({names})"
-           + (", or the sizes it takes: --shape NAME=DIMS" if guessed else ""))
-    return [note, fix]
 
 
 def environment(sandbox: str = "auto") -> dict:
@@ -320,25 +299,8 @@ class _Run:
             self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
                             runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
-                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + self._samples_note(wr) + self._timing_note(m),
+                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + samples_note(wr.details) + timing_note(m),
                             details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
-
-    @staticmethod
-    def _samples_note(wr: WorkerResult) -> tuple[str, ...]:
-        cut = (wr.details or {}).get("samples")
-        if not cut:
-            return ()
-        return (f"compared on {cut['batches']} of {cut['of']} input batches: one inference took "
-                f"{cut['first_ms'] / 1e3:.3g} s here, over the {cut['budget_s']:g} s its correctness batches may take",)
-
-    @staticmethod
-    def _timing_note(m: dict) -> tuple[str, ...]:
-        lat = m.get("latency_ms") or {}
-        if not lat.get("runs_asked"):
-            return ()
-        return (f"latency from {lat.get('runs', 0)} of {lat['runs_asked']} runs: one inference takes about "
-                f"{lat['per_run_estimate_ms']:.4g} ms, over the {lat['budget_s']:g} s timing budget"
-                + ("" if lat.get("runs") else " (not timed)"),)
 
     def odd_one_out(self, results: list[TargetResult], targets: list[Target]) -> list[str]:
         """Independent runtimes that agree with each other but not with the reference name it.
@@ -411,7 +373,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         ref = run.run(targets[0])
         results = [ref]
         rest = targets[1:]
-        synthesized_failed = _synthesized_failure(ref, feeds, opts, model)
+        synthesized_failed = inp.failure_help(ref.status, feeds, opts.value_range, model) if ref.status != "pass" else []
         if synthesized_failed:
             ref = results[0] = replace(ref, hint=ref.hint or synthesized_failed[1])
         if ref.status != "pass":

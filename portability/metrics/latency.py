@@ -174,3 +174,22 @@ def latency_plot(report, kit) -> str | None:
 
 
 PLOTS = (Plot("Latency per target", latency_plot, order=20),)
+
+
+def samples_note(details: dict | None) -> tuple[str, ...]:
+    """What a target whose correctness batches were cut to its budget says (``details.samples``)."""
+    cut = (details or {}).get("samples")
+    if not cut:
+        return ()
+    return (f"compared on {cut['batches']} of {cut['of']} input batches: one inference took "
+            f"{cut['first_ms'] / 1e3:.3g} s here, over the {cut['budget_s']:g} s its correctness batches may take",)
+
+
+def timing_note(m: dict) -> tuple[str, ...]:
+    """What a target timed within its budget with fewer runs than asked says."""
+    lat = m.get("latency_ms") or {}
+    if not lat.get("runs_asked"):
+        return ()
+    return (f"latency from {lat.get('runs', 0)} of {lat['runs_asked']} runs: one inference takes about "
+            f"{lat['per_run_estimate_ms']:.4g} ms, over the {lat['budget_s']:g} s timing budget"
+            + ("" if lat.get("runs") else " (not timed)"),)
