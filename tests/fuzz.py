@@ -149,45 +149,19 @@ def _json_or_bytes(data: bytes, rng: random.Random) -> bytes:
     return mutate_bytes(data, rng)
 
 
-def detect(p: Path) -> str:
-    from portability.sources import detect as kind
+def _source(reader: str) -> Callable[[Path], object]:
+    """``"module:function"`` of ``portability``, run after ``sources.detect`` as a check runs it."""
+    module, _, name = reader.partition(":")
 
-    return kind(p)
+    def read(p: Path):
+        from importlib import import_module
 
+        from portability.sources import detect
 
-def _read_onnx(p: Path):
-    from portability.core.model import load_model
+        detect(p)
+        return getattr(import_module(f"portability.{module}"), name)(p)
 
-    detect(p)  # what a check does first
-    return load_model(p)
-
-
-def _read_keras(p: Path):
-    from portability.sources.keras import vet
-
-    detect(p)  # what a check does first
-    return vet(p)
-
-
-def _read_saved_model(p: Path):
-    from portability.sources.saved_model import check_folder
-
-    detect(p)  # what a check does first
-    return check_folder(p)
-
-
-def _read_tfjs(p: Path):
-    from portability.sources.tfjs import load
-
-    detect(p)  # what a check does first
-    return load(p)
-
-
-def _read_pt2(p: Path):
-    from portability.sources.torch_export import vet
-
-    detect(p)  # what a check does first
-    return vet(p)
+    return read
 
 
 def _npz_seed() -> Path:
@@ -209,24 +183,17 @@ def _read_npz(p: Path):
     return from_file(_MLP, p, {})
 
 
-def _read_tflite(p: Path):
-    from portability.sources.tflite import load
-
-    detect(p)  # what a check does first
-    return load(p)
-
-
 _MLP = None
 
 FORMATS: dict[str, Format] = {
-    "onnx": Format(FIXTURES / "lenet.onnx", mutate_bytes, _read_onnx),
-    "onnx-external": Format(FIXTURES / "external", mutate_bytes, _read_onnx, member="mlp.onnx"),
-    "keras": Format(FIXTURES / "keras_cnn.keras", mutate_zip, _read_keras),
-    "saved_model": Format(FIXTURES / "keras_cnn_savedmodel", mutate_bytes, _read_saved_model, member="saved_model.pb"),
-    "tfjs": Format(FIXTURES / "keras_cnn_tfjs", _json_or_bytes, _read_tfjs, member="model.json"),
-    "pt2": Format(FIXTURES / "torch_cnn.pt2", mutate_zip, _read_pt2),
+    "onnx": Format(FIXTURES / "lenet.onnx", mutate_bytes, _source("core.model:load_model")),
+    "onnx-external": Format(FIXTURES / "external", mutate_bytes, _source("core.model:load_model"), member="mlp.onnx"),
+    "keras": Format(FIXTURES / "keras_cnn.keras", mutate_zip, _source("sources.keras:vet")),
+    "saved_model": Format(FIXTURES / "keras_cnn_savedmodel", mutate_bytes, _source("sources.saved_model:check_folder"), member="saved_model.pb"),
+    "tfjs": Format(FIXTURES / "keras_cnn_tfjs", _json_or_bytes, _source("sources.tfjs:load"), member="model.json"),
+    "pt2": Format(FIXTURES / "torch_cnn.pt2", mutate_zip, _source("sources.torch_export:vet")),
     "npz": Format(_npz_seed, mutate_zip, _read_npz),
-    "tflite": Format(FIXTURES / "keras_cnn.tflite", mutate_bytes, _read_tflite, in_child=True),
+    "tflite": Format(FIXTURES / "keras_cnn.tflite", mutate_bytes, _source("sources.tflite:load"), in_child=True),
 }
 
 
