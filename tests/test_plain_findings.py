@@ -143,3 +143,57 @@ def test_a_slow_target_compares_fewer_batches_and_says_so(tmp_path):
     assert t["metrics"]["accuracy_delta"] in (None, 0.0)  # the reference's accuracy on the same batch
     assert any(n.startswith(f"compared on 1 of {r['inputs']['batches']} input batches") for n in t["notes"]), t["notes"]
     assert "samples" not in ref["details"]
+
+
+def _shape_branch_model(tmp_path) -> str:
+    """y = x where x has 32 columns, else x + 64 // (columns - 32): at 32 columns only the first branch
+    runs, but with the dims fixed ONNX Runtime's constant folding builds the other branch's integer
+    division by zero and fails (as a VAD model's sample-rate branches did)."""
+    from onnx import numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T"])
+    then = helper.make_graph([helper.make_node("Identity", ["x"], ["a"])], "then", [],
+                             [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Div", ["c64", "d"], ["q"]), helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT),
+                               helper.make_node("Add", ["x", "qf"], ["b"])], "else", [],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["t"], axis=0),
+             helper.make_node("Sub", ["t", "c32"], ["d"]), helper.make_node("Equal", ["t", "c32"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("one", 1), ("c32", 32), ("c64", 64))]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "T"])], consts)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    path = tmp_path / "branches.onnx"
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_ort_mobile_converts_what_the_raw_converter_converts(tmp_path):
+    """The ORT converter with its defaults converts the model as given; with the check's shapes fixed it
+    fails. The target converts the model as given then, runs it, and says why its dims were kept."""
+    import subprocess
+    import sys
+
+    model = _shape_branch_model(tmp_path)
+    raw = subprocess.run([sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", model, "--output_dir",
+                          str(tmp_path / "raw")], capture_output=True, text=True)
+    assert raw.returncode == 0, raw.stdout[-500:]
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).random((2, 1, 32), dtype=np.float32))
+    r = check_json(tmp_path, model, "--targets", "mobile/ort-mobile", "--inputs", str(tmp_path / "in.npz"), "--runs", "0")
+    t = by_id(r)["mobile/ort-mobile"]
+    assert t["status"] == "pass", (t["status"], t.get("error"))
+    assert t["details"]["shapes_not_fixed"]["shapes"] == {"x": [1, 32]}
+    assert "Integer division by zero" in t["details"]["shapes_not_fixed"]["because"]
+    assert "fixed_shapes" not in t["details"]
+    assert any(n.startswith("converted with its dynamic dims kept") for n in t["notes"]), t["notes"]
+
+
+def test_the_ort_converters_failure_line_is_its_exception_not_its_shape_warnings():
+    from portability.converters.ort_format import failure_line
+
+    log = ("MergeShapeInfo: Error merging shape info for output. 'y' source:{1,64} target:{1,32}. Falling back to "
+           "lenient merge.\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+           "onnxruntime.capi.onnxruntime_pybind11_state.Fail: [ONNXRuntimeError] : 1 : FAIL : Load model failed: "
+           "/onnxruntime_src/onnxruntime/core/graph/graph.cc:1234 void onnxruntime::Graph::X() Node (n) bad\n")
+    assert failure_line(log) == "Load model failed: Node (n) bad"

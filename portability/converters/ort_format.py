@@ -14,6 +14,7 @@ Options: ``fix_shapes`` (bool, default False): fix dynamic dims (to 1) even with
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,38 @@ def _initializer_inputs(path: Path) -> list[str]:
     return [i.name for i in g.input if i.name in inits]
 
 
+#: lines of the converter's log that are not its failure: ONNX Runtime's lenient shape merges are warnings
+_NOT_ERRORS = ("Falling back to lenient merge",)
+
+
+def _to_ort(model: Path, out: Path, timeout_s: float | None) -> tuple[Path, str | None]:
+    """``convert_onnx_models_to_ort`` on ``model``: the ``.ort`` file, and the failure's lines (or None)."""
+    cmd = [sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(model),
+           "--output_dir", str(out), "--optimization_style", "Fixed", "--target_platform", "arm"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s)
+    ort_file = out / "model.ort"
+    if p.returncode == 0 and ort_file.is_file():
+        return ort_file, None
+    return ort_file, failure_line(p.stdout)
+
+
+def failure_line(log_text: str) -> str:
+    """The converter's own error from its log: the exception it ended with (ONNX Runtime's ``Fail: …``,
+    less the C++ source location), else its error lines — never the shape-merge warnings before it."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip() and not any(w in ln for w in _NOT_ERRORS)]
+    for ln in reversed(lines):
+        m = re.match(r"^[\w.]+(?:Error|Fail|Exception)\w*: (.*)$", ln)
+        if m:
+            msg = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", m.group(1))
+            return re.sub(r"/\S+\.(?:h|cc|cpp):\d+ (?:\S.*?\) )?(?:\[with [^\]]*\] )?", "", msg)[:800]
+    errs = [ln for ln in lines if "Error" in ln or "Fail" in ln or "error" in ln] or lines[-4:]
+    return " | ".join(errs[-4:])[:800]
+
+
+def _dims(fixed: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in fixed.items())
+
+
 class OrtFromOnnx(Converter):
     output_format = "ort"
     uses_calibration = False
@@ -90,23 +123,27 @@ class OrtFromOnnx(Converter):
                 meta["mobile_usability"] = {"error": (str(e).splitlines() or [type(e).__name__])[0][:300]}
             model = work / "in" / "model.onnx"
             model.parent.mkdir()
-            if (options.get("fix_shapes") or self.shapes_used(ctx)) and fixed:
-                shutil.copyfile(fixed_model, model)
-                meta["fixed_shapes"] = fixed
-            else:
-                shutil.copyfile(src.path, model)
+            use_fixed = bool((options.get("fix_shapes") or self.shapes_used(ctx)) and fixed)
+            shutil.copyfile(fixed_model if use_fixed else src.path, model)
             meta["initializer_inputs"] = _initializer_inputs(model)
-            cmd = [sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(model),
-                   "--output_dir", str(work / "out"), "--optimization_style", "Fixed", "--target_platform", "arm"]
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                               timeout=ctx.timeout_s)
-            ort_file = work / "out" / "model.ort"
-            if p.returncode != 0 or not ort_file.is_file():
-                lines = [ln.strip() for ln in p.stdout.splitlines() if ln.strip()]
-                errs = [ln for ln in lines if "Error" in ln or "Fail" in ln or "error" in ln] or lines[-4:]
-                raise ConvertError("ORT format conversion failed: " + " | ".join(errs[-4:])[:800])
+            ort_file, err = _to_ort(model, work / "out", ctx.timeout_s)
+            if err and use_fixed:
+                # fixed dims make shape computations constant, and ORT's constant folding may then fail on
+                # a branch that never runs at those shapes: the model as given is what the raw tool converts
+                shutil.copyfile(src.path, model)
+                ort_file, err2 = _to_ort(model, work / "out2", ctx.timeout_s)
+                if err2:
+                    raise ConvertError(f"ORT format conversion failed: {err2}")
+                meta["shapes_not_fixed"] = {"shapes": fixed, "because": err[:400]}
+                meta["notes"] = [f"converted with its dynamic dims kept: with the check's shapes fixed ({_dims(fixed)}) the "
+                                 f"ORT converter failed ({err[:200]}); ORT Mobile resolves the shapes at run time"]
+                use_fixed = False
+            elif err:
+                raise ConvertError(f"ORT format conversion failed: {err}")
+            if use_fixed:
+                meta["fixed_shapes"] = fixed
+            cfg = ort_file.with_name("model.required_operators.config")
             shutil.move(str(ort_file), str(out_dir / "model.ort"))
-            cfg = work / "out" / "model.required_operators.config"
             if cfg.is_file():
                 meta["required_operators"] = [ln for ln in cfg.read_text().splitlines() if ln and not ln.startswith("#")]
         return Artifact(path=out_dir / "model.ort", format="ort", sha256="", meta=meta)

@@ -79,3 +79,9 @@ def write_meta(artifact: Artifact, folder: Path) -> None:
 
 
 __all__ = ["Artifact", "sha256_files", "size_info", "write_meta"]
+
+
+def artifact_notes(details: dict | None) -> tuple[str, ...]:
+    """What a converter said about the artifact it made (``meta["notes"]``), for the target's notes."""
+    notes = ((details or {}).get("artifact_meta") or {}).get("notes") or ()
+    return tuple(str(n) for n in notes)

@@ -17,6 +17,7 @@ import numpy as np
 
 import portability
 from portability.core import inputs as inp
+from portability.core.artifact import artifact_notes
 from portability.core.errors import UsageError
 from portability.core.model import ModelInfo, quantization
 from portability.core.protocol import Job, WorkerResult, load_outputs, save_feeds
@@ -299,7 +300,7 @@ class _Run:
             self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
                             runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
-                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + samples_note(wr.details) + timing_note(m),
+                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + samples_note(wr.details) + timing_note(m) + artifact_notes(wr.details),
                             details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
 
     def odd_one_out(self, results: list[TargetResult], targets: list[Target]) -> list[str]:

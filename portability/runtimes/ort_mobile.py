@@ -34,7 +34,7 @@ class OrtMobile(OrtCpu):
 
     def details(self) -> dict[str, Any]:
         d = {"providers": self.session.get_providers(), "threads": self.threads, "format": "ort"}
-        for k in ("mobile_usability", "shapes_fixed_for_usability_check", "fixed_shapes", "target_platform"):
+        for k in ("mobile_usability", "shapes_fixed_for_usability_check", "fixed_shapes", "shapes_not_fixed", "target_platform"):
             if k in self.meta:
                 d[k] = self.meta[k]
         return d
