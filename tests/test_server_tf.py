@@ -27,3 +27,31 @@ def test_tf_savedmodel_matches_the_reference(tmp_path, name):
         # (with them it would be about 2.5x the model: a SavedModel holds the weights once)
         assert tf["artifact"]["size_bytes"] < 1.5 * r["model"]["size_bytes"]
         assert tf["details"]["layout"] == {"x": [0, 2, 3, 1]}  # NCHW fed channel-last, as onnx2tf made it
+
+
+def test_a_mapping_without_signature_keys_still_finds_the_savedmodels_inputs(tmp_path):
+    """A ``.tflite`` without a signature names no key for an input: the SavedModel's own signature is
+    read then (the ONNX name's spelling, else the one input left), instead of refusing the model."""
+    import copy
+
+    import numpy as np
+
+    from mobile_models import convert, reference
+    from portability.core.errors import LoadError
+    from portability.runtimes.tf_savedmodel import TfSavedModel
+
+    model = FIXTURES / "lenet.onnx"
+    art = convert(model, [("portability.converters.onnx2tf:SavedModelFromOnnx", {})], tmp_path / "cache")
+    x = np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32)
+    want = reference(model, {"x": x})
+    for key in (None, "not_a_key"):
+        lost = copy.deepcopy(art)
+        lost.meta["tflite_io"]["inputs"][0]["key"] = key
+        rt = TfSavedModel()
+        rt.load(lost)
+        got = rt.infer({"x": x})
+        assert set(got) == set(want) and all(np.allclose(got[k], want[k], atol=1e-4) for k in want)
+    two = copy.deepcopy(art)  # two inputs with no key and nothing to tell them apart: refused in one line
+    two.meta["tflite_io"]["inputs"] = [dict(two.meta["tflite_io"]["inputs"][0], key=None, onnx=n) for n in ("a", "b")]
+    with pytest.raises(LoadError, match="no SavedModel signature input for ONNX input 'a'"):
+        TfSavedModel().load(two)

@@ -35,6 +35,24 @@ def import_tensorflow_without_keras():
     return tf
 
 
+def input_keys(inputs: list[TensorLink], signature: dict[str, Any]) -> list[str]:
+    """The signature key of each input: the fp32 ``.tflite``'s key, else a spelling of the ONNX name, else
+    the one signature input of that rank left over (a ``.tflite`` without a signature names none)."""
+    from portability.converters.tflite_layout import _sanitized
+
+    keys: list[str | None] = []
+    for e in inputs:
+        hit = [k for k in ([e.key] if e.key else []) + sorted(_sanitized(e.onnx)) if k in signature]
+        keys.append(hit[0] if hit else None)
+    for i, e in enumerate(inputs):
+        if keys[i] is None:
+            left = [k for k, spec in signature.items() if k not in keys and spec.shape.rank in (None, len(e.shape))]
+            if len(left) != 1 or sum(k is None for k in keys) != 1:
+                raise LoadError(f"no SavedModel signature input for ONNX input '{e.onnx}' (signature inputs: {sorted(signature)})")
+            keys[i] = left[0]
+    return keys  # type: ignore[return-value]
+
+
 class TfSavedModel(Runtime):
     cost_s = 4.0  # importing TensorFlow
     input_format = "saved_model"
@@ -53,10 +71,7 @@ class TfSavedModel(Runtime):
             self.fn = tf.saved_model.load(str(artifact.folder)).signatures["serving_default"]
         except Exception as e:
             raise LoadError(f"TensorFlow cannot load the SavedModel: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        want = {e.key for e in self.io.inputs}
-        have = set(self.fn.structured_input_signature[1])
-        if want - have:
-            raise LoadError(f"the SavedModel's signature lacks input(s) {sorted(want - have)} (has {sorted(have)})")
+        self._in_keys = input_keys(self.io.inputs, dict(self.fn.structured_input_signature[1]))
         onnx_outputs = [t["name"] for t in artifact.meta.get("onnx_signature", {}).get("outputs", [])]
         self._dtypes = output_dtypes(artifact)
         self._out_keys = [self._output_key(e, onnx_outputs) for e in self.io.outputs]
@@ -80,7 +95,7 @@ class TfSavedModel(Runtime):
         return {"layout": {e.onnx: list(e.perm) for e in self.io.inputs if e.perm is not None}}
 
     def _args(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
-        return {e.key: self._tf.constant(a) for e, a in zip(self.io.inputs, to_tflite(self.io, feeds))}
+        return {k: self._tf.constant(a) for k, a in zip(self._in_keys, to_tflite(self.io, feeds))}
 
     def _call(self, args: dict[str, Any]) -> list[np.ndarray]:
         res = self.fn(**args)
