@@ -14,6 +14,7 @@ import typer
 
 from portability.cli import check as check_cmd
 from portability.cli import history as history_cmd
+from portability.cli import localize as localize_cmd
 from portability.cli import setup as setup_cmd
 from portability.cli import audit as audit_cmd
 from portability.cli import study as study_cmd
@@ -35,6 +36,7 @@ app.command("history")(history_cmd.history)
 app.command("diff")(history_cmd.diff)
 app.command("study")(study_cmd.study)
 app.command("audit")(audit_cmd.audit)
+app.command("localize")(localize_cmd.localize)
 app.add_typer(setup_cmd.app, name="setup")
 
 

@@ -223,6 +223,9 @@ def default_jobs() -> int:
 
 
 _AUDIT = ("check", "audit")
+#: settings of the checks ``localize`` runs (what to feed, how to run, the bounds)
+_LOCAL = ("check", "localize")
+_ALL_CMDS = ("check", "audit", "localize")
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("targets", str, "server", "Comma-separated platforms (server, web, mobile, all) or exact target ids "
@@ -244,19 +247,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("robustness_samples", int, 64, "How many of the first input rows the robustness pass perturbs "
             "(default {default}).", WHAT, parse=_number(int), min=1),
     Setting("inputs", Path, None, ".npz with one array per model input (one batch, or a stack of batches).",
-            INPUTS, parse=_path, commands=_AUDIT, path=True),
+            INPUTS, parse=_path, commands=_ALL_CMDS, path=True),
     Setting("dataset", Path, None, ".npz with 'x' (or one array per input) and integer labels 'y': adds task "
             "accuracy.", INPUTS, parse=_path, commands=_AUDIT, path=True),
     Setting("shapes", list, None, "Fix dynamic dims: NAME=1x3x224x224 (repeatable). Default: leading dim 1, others "
             "32, with a warning. The converters get them too.", INPUTS, parse=_shapes, flag="--shape",
-            commands=_AUDIT, file=(list, dict)),
+            commands=_ALL_CMDS, file=(list, dict)),
     Setting("scores_output", str, None, "The output that holds class scores, for accuracy with --dataset and for "
             "robustness (default: {default}).", INPUTS, commands=_AUDIT, shown="the first [batch, classes] float output"),
     Setting("samples", int, None, "Synthesized batches (default 8), or the most dataset samples to use (default "
-            "all).", INPUTS, parse=_number(int), min=1, commands=_AUDIT),
-    Setting("seed", int, 0, "Seed of synthesized inputs (default {default}).", INPUTS, parse=_number(int)),
+            "all).", INPUTS, parse=_number(int), min=1, commands=_ALL_CMDS),
+    Setting("seed", int, 0, "Seed of synthesized inputs (default {default}).", INPUTS, parse=_number(int), commands=_LOCAL),
     Setting("input_range", str, (0.0, 1.0), "LOW,HIGH of synthesized float inputs (default {default}).", INPUTS,
-            into="value_range", parse=_range, file=(str, list)),
+            into="value_range", parse=_range, file=(str, list), commands=_LOCAL),
     Setting("warmup", int, 10, "Untimed runs before timing (default {default}).", RUNNING, parse=_number(int), min=0),
     Setting("runs", int, 50, "Timed runs for latency percentiles (default {default}; 0 skips timing).", RUNNING,
             parse=_number(int), min=0, commands=_AUDIT),
@@ -264,22 +267,22 @@ SETTINGS: tuple[Setting, ...] = (
             "target gets fewer runs (at least 5), and the report says how many.", RUNNING, into="time_budget_s",
             parse=_number(float), min=0),
     Setting("timeout", float, 300.0, "Seconds a target may take from loading to its last timed run (default "
-            "{default}).", RUNNING, into="limits.run_timeout_s", parse=_number(float), min=1),
+            "{default}).", RUNNING, into="limits.run_timeout_s", parse=_number(float), min=1, commands=_LOCAL),
     Setting("convert_timeout", float, 900.0, "Seconds a target's conversions may take (default {default}).",
-            RUNNING, into="limits.convert_timeout_s", parse=_number(float), min=1),
+            RUNNING, into="limits.convert_timeout_s", parse=_number(float), min=1, commands=_LOCAL),
     Setting("memory_limit_mb", float, None, "Kill a target whose processes use more memory (default: "
             "{default}).", RUNNING, into="limits.memory_mb", parse=_memory, shown=f"{MEMORY_SHARE:.0%} of RAM"),
     Setting("jobs", int, None, "Targets converted, loaded and run at once after the reference (default: "
             "{default}). Latency is always sampled with nothing else running.", RUNNING, parse=_jobs, short="-j",
             min=1, commands=_AUDIT + ("study",), shown="the number of cores"),
     Setting("use_cache", bool, True, "Convert afresh and keep nothing in the artifact cache.", RUNNING,
-            parse=lambda v, s: bool(v), flag="--no-cache", negate=True),
+            parse=lambda v, s: bool(v), flag="--no-cache", negate=True, commands=_LOCAL),
     Setting("cache_dir", Path, None, "Artifact cache (default {default}).", RUNNING, parse=_path,
-            commands=("check", "study"), path=True, shown="$PORTABILITY_CACHE_DIR or ~/.cache/portability"),
+            commands=("check", "study", "localize"), path=True, shown="$PORTABILITY_CACHE_DIR or ~/.cache/portability"),
     Setting("sandbox", str, None, "The OS sandbox of every process that reads or runs the model (no network, the "
             "model's folder read-only, writes only to its own work folder): auto (where the kernel can; says once "
             "where it cannot), require (an error where it cannot), off. Default: $PORTABILITY_SANDBOX, else "
-            "{default}.", RUNNING, parse=_sandbox, commands=_AUDIT, shown="auto"),
+            "{default}.", RUNNING, parse=_sandbox, commands=_ALL_CMDS, shown="auto"),
     Setting("thresholds", dict, None, "Bounds by name, and tables of them per target id.", THRESHOLDS, flag=""),
 )
 
@@ -291,7 +294,7 @@ def _threshold_settings() -> tuple[Setting, ...]:
     out = []
     for name, t in threshold_flags().items():
         out.append(Setting(t.flag.lstrip("-").replace("-", "_"), float, t.default, f"Threshold: {t.help} "
-                           "(default {default}).", THRESHOLDS, flag=t.flag, file=(), threshold=name,
+                           "(default {default}).", THRESHOLDS, flag=t.flag, file=(), threshold=name, commands=_LOCAL,
                            shown=f"{t.default:g}"))
     return tuple(out)
 

@@ -1,0 +1,432 @@
+"""``portability localize MODEL --target ID``: where on a target the model starts to compute something else.
+
+The model's ONNX graph is cut at nodes (in its topological order) and each cut — the graph up to that node,
+its outputs the tensors that cross the cut — is checked on the target as ``check`` checks a model (the same
+converters, isolated workers, browsers and emulator; one session for them all), on the same inputs, against
+the reference. A tensor *diverges* when the target's values differ from the reference's beyond the target's
+own bounds, scaled to the tensor's magnitude: ``max_abs > max_abs_bound * max(1, max|reference|)`` or
+``cosine < cosine_bound`` (or NaN/Inf on one side only).
+
+- A target that runs the ONNX graph itself (ONNX Runtime on the server, in the browser, in ORT format) gets
+  every node's output in a few runs (chunks of at most ``CHUNK_BYTES``, never every tensor at once): the
+  whole drift curve, and the first node, in topological order, whose output diverges.
+- A converted target (TFLite, TF.js, SavedModel) renames and fuses tensors: the cut is bisected over the
+  topological order — O(log N) conversions — to the first node whose cut diverges, the cut before it clean.
+
+The first diverging node's inputs' drift says whether the op itself is at fault (clean inputs, diverging
+output). The **reproducer** is that node alone, fed with the reference's values of its inputs (its constant
+inputs folded in as initializers), or, where the node alone does not reproduce, the graph cut at that node
+with the model's inputs; ``reproduces`` says whether that file, checked by itself, diverges on the target.
+A target whose output stops depending on the input (the same values for every input batch where the
+reference's vary) is localized the same way, and ``first_constant`` names the first node where it happens.
+A target that fails to convert, load or run is bisected on that failure: the first node whose cut fails.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from portability.core.errors import UsageError
+
+#: the most bytes of intermediate tensors (reference and target together, all batches) one run returns
+CHUNK_BYTES = 256 * 2**20
+#: formats a runtime runs the ONNX graph itself in: every tensor keeps its name
+GRAPH_FORMATS = ("onnx", "ort")
+_FLOATS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_ERRORS = ("convert-error", "load-error", "run-error", "timeout", "crash")
+
+
+@dataclass
+class Probe:
+    """One cut checked on the target: its tensors' drift, the cut's status and error."""
+
+    index: int
+    status: str
+    error: str | None = None
+    tensors: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def bad(self) -> bool:
+        return self.status in _ERRORS or any(t["diverges"] for t in self.tensors.values())
+
+    @property
+    def constant(self) -> bool:
+        return any(t.get("constant") for t in self.tensors.values())
+
+
+class Graph:
+    """The model's graph, as cuts are made of it."""
+
+    def __init__(self, path: Path):
+        import onnx
+
+        self.model = onnx.load(str(path))
+        g = self.model.graph
+        try:
+            typed = onnx.shape_inference.infer_shapes(self.model)
+        except Exception:  # noqa: BLE001 — types of the graph's own outputs and inputs are enough then
+            typed = self.model
+        self.types: dict[str, Any] = {v.name: v.type for v in list(typed.graph.value_info) + list(g.input) + list(g.output)}
+        self.inits = {i.name for i in g.initializer}
+        self.inputs = [i.name for i in g.input if i.name not in self.inits]
+        self.nodes = list(g.node)
+        self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
+        self.consumers: dict[str, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for t in n.input:
+                self.consumers.setdefault(t, []).append(i)
+        for o in g.output:
+            self.consumers.setdefault(o.name, []).append(len(self.nodes))
+
+    def floats(self, i: int) -> list[str]:
+        """Node ``i``'s float outputs of a known type (what can be compared)."""
+        return [o for o in self.nodes[i].output if o and o in self.types
+                and self.types[o].HasField("tensor_type") and self.types[o].tensor_type.elem_type in _FLOATS]
+
+    def cut_points(self) -> list[int]:
+        return [i for i in range(len(self.nodes)) if self.floats(i)]
+
+    def frontier(self, k: int) -> list[str]:
+        """Float tensors made by nodes ``<= k`` that a later node (or the graph's output) reads."""
+        return [o for i in range(k + 1) for o in self.floats(i) if any(c > k for c in self.consumers.get(o, ()))]
+
+    def depends_on_input(self, name: str) -> bool:
+        seen, todo = set(), [name]
+        while todo:
+            t = todo.pop()
+            if t in self.inputs:
+                return True
+            if t in seen or t not in self.producer:
+                continue
+            seen.add(t)
+            n = self.nodes[self.producer[t]]
+            todo += [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
+        return False
+
+    def cut(self, outputs: list[str], path: Path) -> Path:
+        """The graph up to ``outputs`` (the nodes they need, the initializers those read) saved at ``path``."""
+        import onnx
+        from onnx import helper
+
+        need, keep, todo = set(), set(), list(outputs)
+        while todo:
+            t = todo.pop()
+            if t in need:
+                continue
+            need.add(t)
+            if t in self.producer:
+                i = self.producer[t]
+                if i not in keep:
+                    keep.add(i)
+                    n = self.nodes[i]
+                    todo += [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
+        g = self.model.graph
+        graph = helper.make_graph(
+            [self.nodes[i] for i in sorted(keep)], g.name or "cut",
+            [i for i in g.input if i.name not in self.inits],  # every input stays: feeds are the model's
+            [helper.make_value_info(o, self.types[o]) for o in outputs],
+            [t for t in g.initializer if t.name in need])
+        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(m, str(path))
+        return path
+
+    def node_alone(self, i: int, values: dict[str, np.ndarray], path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+        """Node ``i`` by itself: inputs that do not depend on the model's inputs (and are the same for every
+        batch) become initializers; the others graph inputs fed with ``values`` (the reference's, stacked
+        over batches). Returns the file and its feeds."""
+        import onnx
+        from onnx import helper, numpy_helper
+
+        n = self.nodes[i]
+        g = self.model.graph
+        inits = {t.name: t for t in g.initializer}
+        fed, consts, feeds = [], [], {}
+        for x in dict.fromkeys(t for t in list(n.input) + [t for a in n.attribute if a.type == a.GRAPH for t in _outer(a.g)] if t):
+            if x in inits:
+                consts.append(inits[x])
+            elif x in values and (self.depends_on_input(x) or not _same_per_batch(values[x])):
+                fed.append(helper.make_value_info(x, self.types[x]) if x in self.types else
+                           helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(values[x].dtype), None))
+                feeds[x] = values[x]
+            elif x in values:
+                consts.append(numpy_helper.from_array(np.asarray(values[x][0]), x))
+            else:
+                raise KeyError(x)
+        outs = [helper.make_value_info(o, self.types[o]) for o in self.floats(i)]
+        graph = helper.make_graph([n], "reproducer", fed, outs, consts)
+        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        onnx.save(m, str(path))
+        return path, feeds
+
+    def describe(self, i: int) -> dict:
+        n = self.nodes[i]
+        return {"index": i, "node": n.name or None, "op_type": n.op_type, "outputs": self.floats(i)}
+
+
+def _outer(g) -> list[str]:
+    """Names a subgraph reads from the scope around it."""
+    made = {o for n in g.node for o in n.output} | {i.name for i in g.input} | {t.name for t in g.initializer}
+    out = []
+    for n in g.node:
+        out += [x for x in n.input if x and x not in made]
+        out += [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g) if x not in made]
+    return out
+
+
+def _same_per_batch(a: Any) -> bool:
+    if isinstance(a, list):
+        return all(np.array_equal(a[0], x) for x in a[1:])
+    return bool(a.shape[0] <= 1 or all(np.array_equal(a[0], a[j]) for j in range(1, a.shape[0])))
+
+
+def tensor_drift(ref: Any, got: Any, bounds: dict) -> dict:
+    """One tensor on the target against the reference (see the module doc)."""
+    from portability.metrics.drift import output_drift
+
+    r = np.concatenate([np.ravel(x) for x in ref]) if isinstance(ref, list) else np.asarray(ref)
+    g = np.concatenate([np.ravel(x) for x in got]) if isinstance(got, list) else np.asarray(got)
+    if r.size != g.size:
+        return {"diverges": True, "problem": f"{g.size} values, the reference {r.size}"}
+    d = output_drift(r.reshape(-1), g.reshape(-1))
+    finite = np.abs(r[np.isfinite(r)]) if r.dtype.kind == "f" else np.abs(r)
+    scale = float(finite.max()) if finite.size else 0.0
+    amax, cmin = bounds.get("max_abs"), bounds.get("cosine")
+    diverges = bool(d.get("nonfinite_mismatch") or (amax is not None and d["max_abs"] > amax * max(1.0, scale))
+                    or (cmin is not None and r.size > 1 and d["cosine"] < cmin))
+    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": scale, "diverges": diverges}
+    if not isinstance(ref, list) and r.ndim >= 1 and r.shape[0] > 1:  # batches: does it still follow the input?
+        rs, gs = (float(np.ptp(x.reshape(x.shape[0], -1).astype(np.float64), axis=0).max()) for x in (r, g.reshape(r.shape)))
+        if rs > 0 and gs == 0:
+            out["constant"] = True
+    return out
+
+
+class Localizer:
+    """One model on one target (see the module doc). ``check`` runs a model file through the check
+    pipeline with the localizer's options and returns ``(report, outputs)``; ``say`` reports progress."""
+
+    def __init__(self, graph: Graph, target: str, check: Callable, work: Path, say: Callable[[str], None]):
+        self.g, self.target, self._check, self.work, self.say = graph, target, check, work, say
+        self.bounds: dict = {}
+        self.conversions = 0
+        self.reference_values: dict[str, Any] = {}
+
+    def probe(self, index: int, tensors: list[str], name: str) -> Probe:
+        path = self.g.cut(tensors, self.work / name / "model.onnx")
+        report, outputs, ref_id = self._check(path)
+        self.conversions += 1
+        t = next(x for x in report.targets if x.id == self.target)
+        p = Probe(index, t.status, t.error)
+        ref, got = outputs.get(ref_id) or {}, outputs.get(self.target) or {}
+        for name_ in tensors:
+            if name_ in ref:
+                self.reference_values[name_] = ref[name_]
+            if name_ in ref and name_ in got:
+                p.tensors[name_] = tensor_drift(ref[name_], got[name_], self.bounds)
+        shutil.rmtree(path.parent, ignore_errors=True)
+        return p
+
+    def curve_all(self, points: list[int], batches: int) -> list[Probe]:
+        """Every cut point's outputs, in runs of at most CHUNK_BYTES."""
+        probes, chunk, size = [], [], 0
+        names = {i: self.g.floats(i) for i in points}
+        per = {i: sum(_bytes(self.g.types[o], batches) for o in names[i]) for i in points}
+        groups: list[list[int]] = []
+        for i in points:
+            if chunk and size + per[i] > CHUNK_BYTES:
+                groups.append(chunk)
+                chunk, size = [], 0
+            chunk.append(i)
+            size += per[i]
+        groups += [chunk] if chunk else []
+        for j, grp in enumerate(groups):
+            self.say(f"run {j + 1}/{len(groups)}: {len(grp)} nodes' outputs")
+            whole = self.probe(grp[-1], [o for i in grp for o in names[i]], f"chunk{j}")
+            for i in grp:
+                probes.append(Probe(i, whole.status, whole.error, {o: whole.tensors[o] for o in names[i] if o in whole.tensors}))
+        return probes
+
+    def bisect(self, points: list[int], on_error: bool) -> tuple[Probe | None, Probe | None, list[Probe]]:
+        """The last clean cut and the first bad one (None before the first point: the model's inputs)."""
+        lo, hi = -1, len(points) - 1  # the full graph (the last point's cut holds every output) is bad
+        seen: dict[int, Probe] = {}
+        rounds = max(1, int(np.ceil(np.log2(len(points) + 1))))
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            self.say(f"bisection step {len(seen) + 1} of about {rounds}: the cut after node {mid} "
+                     f"({self.g.nodes[points[mid]].op_type} '{self.g.nodes[points[mid]].name}')")
+            p = self.probe(points[mid], self.g.frontier(points[mid]), f"cut{points[mid]}")
+            seen[mid] = p
+            bad = p.status in _ERRORS if on_error else p.bad
+            lo, hi = (lo, mid) if bad else (mid, hi)
+        first = seen.get(hi) or self.probe(points[hi], self.g.frontier(points[hi]), f"cut{points[hi]}")
+        seen[hi] = first
+        before = seen.get(lo) if lo >= 0 else None
+        if lo >= 0 and before is None:
+            before = seen[lo] = self.probe(points[lo], self.g.frontier(points[lo]), f"cut{points[lo]}")
+        return before, first, [seen[k] for k in sorted(seen)]
+
+
+def _bytes(t, batches: int) -> int:
+    dims = [d.dim_value if d.HasField("dim_value") else 64 for d in t.tensor_type.shape.dim] if t.tensor_type.HasField("shape") else [4096]
+    return 2 * 8 * batches * int(np.prod(dims or [1]))  # both sides, as float64 in the comparison
+
+
+def _entry(g: Graph, p: Probe, outputs: list[str] | None = None) -> dict:
+    names = outputs if outputs is not None else list(p.tensors)
+    vals = [p.tensors[o] for o in names if o in p.tensors]
+    worst = max((v.get("max_abs", float("inf")) for v in vals), default=None)
+    cos = min((v.get("cosine", 0.0) for v in vals), default=None)
+    d = {**g.describe(p.index), "max_abs": worst, "cosine": cos, "diverges": p.bad}
+    if p.status != "pass" and p.status != "drift":
+        d.update(status=p.status, error=p.error)
+    if p.constant:
+        d["constant"] = True
+    return d
+
+
+def run(model_path: Path, target: str, opts, out_dir: Path, say: Callable[[str], None] = lambda s: None) -> dict:
+    """Localize ``model_path`` on ``target`` (see the module doc); the reproducer files go to ``out_dir``.
+    Returns the localize JSON document."""
+    from portability.engine.pipeline import load_source_isolated, prepare_feeds
+    from portability.targets import registry
+
+    reg = registry()
+    if target not in reg:
+        raise UsageError(f"unknown target '{target}' (see `portability targets`)")
+    info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+    if info.format != "onnx":
+        raise UsageError(f"localize cuts an ONNX graph: {Path(model_path).name} is a {info.format} model "
+                         "(export it to ONNX first, e.g. with the check's own route: --via onnx)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = out_dir / ".cuts"
+    work.mkdir(exist_ok=True)
+    feeds = prepare_feeds(info, opts)
+    inputs = out_dir / "inputs.npz"
+    np.savez(inputs, **feeds.arrays)
+    base = dataclasses.replace(opts, inputs=inputs, dataset=None, targets=target, runs=0, robustness=False, versions={})
+    g = Graph(Path(model_path))
+    points = g.cut_points()
+    if not points:
+        raise UsageError(f"{Path(model_path).name}: no node has a float output to compare")
+    try:
+        doc = _localize(model_path, target, base, out_dir, work, g, points, feeds.batches, say)
+        (out_dir / "localize.json").write_text(json.dumps(doc, indent=2, default=str))
+        return doc
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g: Graph, points: list[int], batches: int,
+              say: Callable[[str], None]) -> dict:
+    from portability.engine.pipeline import check as run_check
+    from portability.engine.session import Session
+
+    with Session(mode=base.sandbox, reads=(str(out_dir.resolve()), str(Path(model_path).resolve().parent))) as session:
+        def check(path: Path, given_inputs: Path | None = None):
+            kept: dict = {}
+            o = dataclasses.replace(base, inputs=given_inputs) if given_inputs else base
+            report = run_check(path, o, session=session, kept=kept)
+            return report, kept.get("outputs") or {}, report.reference
+
+        loc = Localizer(g, target, check, work, say)
+        say(f"the whole model on {target}")
+        whole, outs, ref_id = check(Path(model_path))
+        loc.conversions += 1
+        t = next((x for x in whole.targets if x.id == target), None)
+        bounds = loc.bounds = dict(t.thresholds or {}) if t else {}
+        doc: dict[str, Any] = {"target": target, "status": t.status if t else "skipped", "model": str(model_path),
+                               "nodes": len(g.nodes), "bounds": {k: bounds.get(k) for k in ("max_abs", "cosine")},
+                               "first_divergence": None, "curve": [], "reproducer": None, "conversions": 0}
+        if t is None or t.status in ("pass", "skipped", "pass (x-check)") or t.id == ref_id:
+            doc["why"] = ("nothing diverges" if t and t.status.startswith("pass") else
+                          f"the target did not run: {t.error if t else 'not planned'}")
+            doc["conversions"] = loc.conversions
+            return doc
+        on_error = t.status in _ERRORS
+        graph_format = (t.artifact or {}).get("format") in GRAPH_FORMATS
+        curve = loc.curve_all(points, batches) if graph_format and not on_error else []
+        if curve and not any(p.status in _ERRORS for p in curve):
+            first = next((p for p in curve if p.bad), None)
+            doc["method"] = "every node's outputs"
+        else:  # a converted target, a failure, or a graph that fails with its tensors as outputs
+            before, first, curve = loc.bisect(points, on_error)
+            doc["method"] = "bisection over the topological order" + (f" (on the {t.status})" if on_error else "")
+        doc["curve"] = [_entry(g, p) for p in curve]
+        const = next((p for p in curve if p.constant), None)
+        if const is not None:
+            doc["first_constant"] = g.describe(const.index)
+        if first is None or not first.bad:
+            doc["why"] = "no node's output diverges by itself (the model's outputs do: see the curve)"
+            doc["conversions"] = loc.conversions
+            return doc
+        node = g.nodes[first.index]
+        ins = [x for x in node.input if x]
+        in_drift = {}
+        for x in ins:
+            src = g.producer.get(x)
+            hit = next((p.tensors[x] for p in curve if x in p.tensors), None)
+            in_drift[x] = 0.0 if x in g.inputs or x in g.inits or src is None else (hit or {}).get("max_abs")
+        doc["first_divergence"] = {**g.describe(first.index), **_entry(g, first, g.floats(first.index)),
+                                   "inputs_max_abs": in_drift,
+                                   "op_at_fault": not any(_diverging(x, curve) for x in in_drift)}
+        doc["first_divergence"].pop("outputs", None)
+        if on_error:
+            doc["first_divergence"]["error"] = first.error
+        doc["reproducer"] = _reproducer(loc, g, first.index, out_dir, check, on_error, say)
+        doc["conversions"] = loc.conversions
+    return doc
+
+
+def _diverging(name: str, curve: list[Probe]) -> bool:
+    return any(p.tensors.get(name, {}).get("diverges") for p in curve)
+
+
+def _reproducer(loc: Localizer, g: Graph, i: int, out_dir: Path, check, on_error: bool, say) -> dict:
+    """The node alone with the reference's inputs; else the cut at the node with the model's inputs."""
+    node = g.nodes[i]
+    needed = [x for x in node.input if x and x not in g.inits]
+    missing = [x for x in needed if x not in loc.reference_values and x not in g.inputs]
+    values = dict(loc.reference_values)
+    if missing:  # the reference's values of the node's inputs that no probe returned (integer tensors)
+        say("the reference's values of the node's inputs")
+        _, outs, ref_id = check(g.cut(missing, loc.work / "inputs" / "model.onnx"))
+        values.update({k: v for k, v in (outs.get(ref_id) or {}).items() if k in missing})
+    with np.load(out_dir / "inputs.npz", allow_pickle=False) as z:
+        values.update({k: z[k] for k in z.files})
+    tried = []
+    for kind in ("node", "subgraph"):
+        path = out_dir / f"reproducer_{kind}.onnx"
+        if kind == "node":
+            try:
+                _, feeds = g.node_alone(i, values, path)
+            except KeyError:
+                continue
+            feeds_path = out_dir / f"reproducer_{kind}_inputs.npz"
+            np.savez(feeds_path, **feeds)
+        else:
+            g.cut(g.floats(i), path)
+            feeds_path = out_dir / "inputs.npz"
+        say(f"checking the reproducer ({kind}) by itself")
+        report, outs, ref_id = check(path, feeds_path)
+        loc.conversions += 1
+        t = next(x for x in report.targets if x.id == loc.target)
+        ref, got = outs.get(ref_id) or {}, outs.get(loc.target) or {}
+        drift = {o_: tensor_drift(ref[o_], got[o_], loc.bounds) for o_ in g.floats(i) if o_ in ref and o_ in got}
+        reproduces = t.status in _ERRORS if on_error else any(d["diverges"] for d in drift.values())
+        entry = {"kind": kind, "model": str(path), "inputs": str(feeds_path), "reproduces": reproduces, "status": t.status,
+                 "max_abs": max((d.get("max_abs", 0.0) for d in drift.values()), default=None)}
+        tried.append(entry)
+        if reproduces:
+            return {**entry, "tried": tried}
+        path.unlink(missing_ok=True)
+        if kind == "node":
+            feeds_path.unlink(missing_ok=True)
+    return {**tried[-1], "reproduces": False, "tried": tried}
