@@ -70,18 +70,19 @@ def _show(doc: dict) -> None:
         return
     ins = ", ".join(f"{k} {_num(v)}" for k, v in first["inputs_max_abs"].items())
     blame = "its inputs agree: the op itself computes differently here" if first["op_at_fault"] else "its inputs differ already"
-    out.print(f"[bold]first divergence[/]: node {first['node'] or '(unnamed)'} ({first['op_type']}, #{first['index']}): "
+    label = {"error": "first failing node", "constant": "first node whose output ignores the input"}.get(doc.get("mode"), "first divergence")
+    out.print(f"[bold]{label}[/]: node {first['node'] or '(unnamed)'} ({first['op_type']}, #{first['index']}): "
               f"max |Δ| {_num(first.get('max_abs'))}, cosine {_num(first.get('cosine'), 'cos')}; inputs max |Δ| {ins}: {blame}",
               highlight=False, soft_wrap=True)
     if first.get("error"):
         out.print(f"  error there: {first['error']}", highlight=False, soft_wrap=True)
-    if doc.get("first_constant"):
+    if doc.get("first_constant") and doc.get("mode") != "constant":
         c = doc["first_constant"]
         out.print(f"[yellow]the output stops depending on the input[/] at node {c['node'] or '(unnamed)'} ({c['op_type']}, #{c['index']})",
                   highlight=False)
     r = doc.get("reproducer")
     if r:
-        verdict = "[red]reproduces[/] the divergence by itself" if r["reproduces"] else "does [bold]not[/] reproduce it by itself"
+        verdict = "[red]reproduces[/] it by itself" if r["reproduces"] else "does [bold]not[/] reproduce it by itself"
         out.print(f"reproducer ({r['kind']}): {r['model']} with {r['inputs']}: {verdict} on {doc['target']}", highlight=False,
                   soft_wrap=True)
 

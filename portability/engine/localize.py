@@ -253,7 +253,7 @@ class Localizer:
                 probes.append(Probe(i, whole.status, whole.error, {o: whole.tensors[o] for o in names[i] if o in whole.tensors}))
         return probes
 
-    def bisect(self, points: list[int], on_error: bool) -> tuple[Probe | None, Probe | None, list[Probe]]:
+    def bisect(self, points: list[int], mode: str) -> tuple[Probe | None, Probe | None, list[Probe]]:
         """The last clean cut and the first bad one (None before the first point: the model's inputs)."""
         lo, hi = -1, len(points) - 1  # the full graph (the last point's cut holds every output) is bad
         seen: dict[int, Probe] = {}
@@ -264,7 +264,7 @@ class Localizer:
                      f"({self.g.nodes[points[mid]].op_type} '{self.g.nodes[points[mid]].name}')")
             p = self.probe(points[mid], self.g.frontier(points[mid]), f"cut{points[mid]}")
             seen[mid] = p
-            bad = p.status in _ERRORS if on_error else p.bad
+            bad = failing(p, mode)
             lo, hi = (lo, mid) if bad else (mid, hi)
         first = seen.get(hi) or self.probe(points[hi], self.g.frontier(points[hi]), f"cut{points[hi]}")
         seen[hi] = first
@@ -350,20 +350,24 @@ def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g:
                           f"the target did not run: {t.error if t else 'not planned'}")
             doc["conversions"] = loc.conversions
             return doc
-        on_error = t.status in _ERRORS
+        ref, got = outs.get(ref_id) or {}, outs.get(target) or {}
+        flat = any(tensor_drift(ref[k], got[k], bounds).get("constant") for k in ref if k in got)
+        mode = "error" if t.status in _ERRORS else "constant" if flat else "drift"
+        doc["mode"] = mode
         graph_format = (t.artifact or {}).get("format") in GRAPH_FORMATS
-        curve = loc.curve_all(points, batches) if graph_format and not on_error else []
+        curve = loc.curve_all(points, batches) if graph_format and mode != "error" else []
         if curve and not any(p.status in _ERRORS for p in curve):
-            first = next((p for p in curve if p.bad), None)
+            first = next((p for p in curve if failing(p, mode)), None)
             doc["method"] = "every node's outputs"
         else:  # a converted target, a failure, or a graph that fails with its tensors as outputs
-            before, first, curve = loc.bisect(points, on_error)
-            doc["method"] = "bisection over the topological order" + (f" (on the {t.status})" if on_error else "")
+            before, first, curve = loc.bisect(points, mode)
+            doc["method"] = "bisection over the topological order" + {"error": f" (on the {t.status})",
+                                                                       "constant": " (on the output that ignores the input)"}.get(mode, "")
         doc["curve"] = [_entry(g, p) for p in curve]
         const = next((p for p in curve if p.constant), None)
         if const is not None:
             doc["first_constant"] = g.describe(const.index)
-        if first is None or not first.bad:
+        if first is None or not failing(first, mode):
             doc["why"] = "no node's output diverges by itself (the model's outputs do: see the curve)"
             doc["conversions"] = loc.conversions
             return doc
@@ -378,18 +382,24 @@ def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g:
                                    "inputs_max_abs": in_drift,
                                    "op_at_fault": not any(_diverging(x, curve) for x in in_drift)}
         doc["first_divergence"].pop("outputs", None)
-        if on_error:
+        if mode == "error":
             doc["first_divergence"]["error"] = first.error
-        doc["reproducer"] = _reproducer(loc, g, first.index, out_dir, check, on_error, say)
+        doc["reproducer"] = _reproducer(loc, g, first.index, out_dir, check, mode, say)
         doc["conversions"] = loc.conversions
     return doc
 
 
 def _diverging(name: str, curve: list[Probe]) -> bool:
-    return any(p.tensors.get(name, {}).get("diverges") for p in curve)
+    return any(p.tensors.get(name, {}).get("diverges") or p.tensors.get(name, {}).get("constant") for p in curve)
 
 
-def _reproducer(loc: Localizer, g: Graph, i: int, out_dir: Path, check, on_error: bool, say) -> dict:
+def failing(p: Probe, mode: str) -> bool:
+    """Whether a cut shows what is localized: the target's failure, an output that no longer follows the
+    input, or a diverging one."""
+    return p.status in _ERRORS if mode == "error" else p.constant if mode == "constant" else p.bad
+
+
+def _reproducer(loc: Localizer, g: Graph, i: int, out_dir: Path, check, mode: str, say) -> dict:
     """The node alone with the reference's inputs; else the cut at the node with the model's inputs."""
     node = g.nodes[i]
     needed = [x for x in node.input if x and x not in g.inits]
@@ -420,7 +430,7 @@ def _reproducer(loc: Localizer, g: Graph, i: int, out_dir: Path, check, on_error
         t = next(x for x in report.targets if x.id == loc.target)
         ref, got = outs.get(ref_id) or {}, outs.get(loc.target) or {}
         drift = {o_: tensor_drift(ref[o_], got[o_], loc.bounds) for o_ in g.floats(i) if o_ in ref and o_ in got}
-        reproduces = t.status in _ERRORS if on_error else any(d["diverges"] for d in drift.values())
+        reproduces = failing(Probe(i, t.status, t.error, drift), mode)
         entry = {"kind": kind, "model": str(path), "inputs": str(feeds_path), "reproduces": reproduces, "status": t.status,
                  "max_abs": max((d.get("max_abs", 0.0) for d in drift.values()), default=None)}
         tried.append(entry)

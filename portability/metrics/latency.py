@@ -76,8 +76,9 @@ SLOW_BUDGET_S = 0.5
 #: the fewest timed runs of a target whose inference is slow (a target may set its own, even 0)
 MIN_RUNS = 5
 #: the fewest timed runs of a target whose speed is no device's (an emulator, a software GPU adapter):
-#: one run, labelled as such, says what there is to say
-SLOW_MIN_RUNS = 1
+#: none where one inference overruns its budget — the first inference's time, labelled, says what there is to
+#: say, and the machine is not held quiet for a minute to time an emulator
+SLOW_MIN_RUNS = 0
 #: the seconds the correctness batches of such a target may take: when one inference is slow, fewer
 #: batches are compared (at least one; the report says how many)
 SLOW_SAMPLE_BUDGET_S = 20.0
@@ -109,13 +110,17 @@ class TimingPlan:
 
 def timing_plan(per_run_ms: float, warmup: int, runs: int, budget_s: float | None, min_runs: int = MIN_RUNS) -> TimingPlan:
     """Warm-up and timed runs that fit ``budget_s`` given what one inference costs (like timeit's
-    autorange): a fifth of what fits goes to warm-up, the rest to timed runs, never fewer than
-    ``min_runs`` (0: a target too slow for its budget is not timed) nor more than asked."""
+    autorange): a fifth of what fits goes to warm-up, the rest to timed runs, never more than asked nor
+    fewer than ``min_runs`` (0: a target too slow for its budget is not timed) — unless ``min_runs`` runs
+    would take over twice the budget: then as many as fit twice the budget, at least one."""
     if not budget_s or runs <= 0 or per_run_ms <= 0 or per_run_ms * (warmup + runs) <= budget_s * 1e3:
         return TimingPlan(warmup, runs)
     fit = int(budget_s * 1e3 // per_run_ms)
     w = min(warmup, fit // 5)
-    r = max(min(min_runs, runs), min(runs, fit - w))
+    floor = min(min_runs, runs)
+    if floor and per_run_ms * floor > 2 * budget_s * 1e3:
+        floor = max(1, int(2 * budget_s * 1e3 // per_run_ms))
+    r = max(floor, min(runs, fit - w))
     return TimingPlan(w, r, asked=runs, budget_s=budget_s, per_run_ms=per_run_ms)
 
 
@@ -190,6 +195,8 @@ def timing_note(m: dict) -> tuple[str, ...]:
     lat = m.get("latency_ms") or {}
     if not lat.get("runs_asked"):
         return ()
+    if not lat.get("runs"):
+        return (f"not timed: one inference takes about {lat['per_run_estimate_ms'] / 1e3:.3g} s here, over the "
+                f"{lat['budget_s']:g} s timing budget; the first inference's time is reported",)
     return (f"latency from {lat.get('runs', 0)} of {lat['runs_asked']} runs: one inference takes about "
-            f"{lat['per_run_estimate_ms']:.4g} ms, over the {lat['budget_s']:g} s timing budget"
-            + ("" if lat.get("runs") else " (not timed)"),)
+            f"{lat['per_run_estimate_ms']:.4g} ms, over the {lat['budget_s']:g} s timing budget",)
