@@ -45,6 +45,14 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
     with tempfile.TemporaryDirectory(prefix="portability-live-") as tmp:
         path = live.materialize(model, example_inputs, Path(tmp)) if live.kind(model) else Path(model)
         report = run_check(path, settings)
+        if settings.localize:
+            from portability.engine.localize import attach
+
+            attach(report, path, settings)
+        if settings.fix:
+            from portability.engine import fix
+
+            fix.attach(report, path, settings)
     if record_history:
         from portability.report.history import History
 

@@ -111,6 +111,14 @@ def _check(f: dict[str, Any], flags: dict[str, Any]) -> int:
     with err.status("starting…") as status:
         progress.status = status
         report = run_check(f["model"], opts, progress, model=info, kept=kept)
+        if opts.localize:
+            from portability.engine.localize import attach
+
+            attach(report, f["model"], opts, say=lambda s: status.update(s))
+        if opts.fix:
+            from portability.engine import fix
+
+            fix.attach(report, f["model"], opts, say=lambda s: status.update(f"fix: {s}…"))
     from portability.report.golden import Golden
 
     golden = Golden.of(kept["inputs"], kept["outputs"]) if kept else None
@@ -151,6 +159,12 @@ def _report(f: dict[str, Any], report, base, tol, err, golden=None) -> int:
         out.print(t)
     for tid, why in explanations(report):
         out.print(f"  [bold]{tid}[/]: {why}", highlight=False, soft_wrap=True)
+    from portability.report import localized
+
+    for tid, doc in localized.found(report):
+        out.print(f"  [bold]{tid}[/] localized: {localized.line(doc)}", highlight=False, soft_wrap=True)
+    for tid, doc in localized.fixes(report):
+        out.print(f"  [bold]{tid}[/] fix: {localized.fix_line(doc)}", highlight=False, soft_wrap=True)
     if f["json_path"]:
         write_json(report, f["json_path"])
         err.print(f"report: {f['json_path']}")

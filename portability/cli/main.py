@@ -13,6 +13,7 @@ import traceback
 import typer
 
 from portability.cli import check as check_cmd
+from portability.cli import fix as fix_cmd
 from portability.cli import history as history_cmd
 from portability.cli import localize as localize_cmd
 from portability.cli import setup as setup_cmd
@@ -37,6 +38,7 @@ app.command("diff")(history_cmd.diff)
 app.command("study")(study_cmd.study)
 app.command("audit")(audit_cmd.audit)
 app.command("localize")(localize_cmd.localize)
+app.command("fix")(fix_cmd.fix)
 app.add_typer(setup_cmd.app, name="setup")
 
 

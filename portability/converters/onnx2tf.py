@@ -132,10 +132,34 @@ def _node_names(onnx_path: Path) -> set[str]:
         return set()
 
 
+#: onnx2tf's options a check may add (``converter_options``: ``{"SavedModelFromOnnx": {"args": [...]}}``),
+#: each with whether it takes names after it: the ones that change how ops are converted, never where files go
+ONNX2TF_OPTIONS = {"-rtpo": True, "-kat": True, "-kt": True, "-nuo": False, "-dgc": False, "-ebu": False,
+                   "-ofgd": False, "-eatfp16": False, "-agj": False}
+
+
+def extra_args(args: Any) -> list[str]:
+    """``args`` checked against ONNX2TF_OPTIONS (a ConvertError names what is refused)."""
+    if not args:
+        return []
+    if not isinstance(args, list) or not all(isinstance(a, str) and a and len(a) < 200 for a in args):
+        raise ConvertError("onnx2tf args must be a list of strings")
+    out, takes = [], False
+    for a in args:
+        if a.startswith("-"):
+            if a not in ONNX2TF_OPTIONS:
+                raise ConvertError(f"onnx2tf option {a} is not one a check may add (known: {', '.join(ONNX2TF_OPTIONS)})")
+            takes = ONNX2TF_OPTIONS[a]
+        elif not takes or not all(c.isalnum() or c in "_.:/-" for c in a):
+            raise ConvertError(f"onnx2tf argument {a!r} follows no option that takes names")
+        out.append(a)
+    return out
+
+
 def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
-                input_shapes: dict[str, list[int]] | None = None) -> str:
+                input_shapes: dict[str, list[int]] | None = None, args: list[str] | None = None) -> str:
     """Run onnx2tf on a copy of ``onnx_path`` into ``out`` (SavedModel with a signature + float tflite),
-    with ``input_shapes`` as its ``--overwrite_input_shape``.
+    with ``input_shapes`` as its ``--overwrite_input_shape`` and ``args`` (``extra_args``) after them.
 
     Returns onnx2tf's log. Raises ConvertError with the meaningful lines (and failing op) on failure."""
     with tempfile.TemporaryDirectory(prefix="portability-onnx2tf-") as scratch:
@@ -143,7 +167,7 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
         shutil.copyfile(onnx_path, work / "model.onnx")  # onnx2tf rewrites its input in place
         np.save(work / SAMPLE_FILE, np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32))
         cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), "-osd",
-               *onnx2tf_args(input_shapes)]
+               *onnx2tf_args(input_shapes), *extra_args(args)]
         # this environment's bin folder first: onnx2tf runs onnxsim through PATH
         p = run_tool(cmd, "onnx2tf", timeout_s, cwd=work, TF_CPP_MIN_LOG_LEVEL="2",
                      PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
@@ -185,11 +209,12 @@ class SavedModelFromOnnx(Converter):
                 except Exception as e:
                     raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
             sig = read_signature(model) if shapes or not ctx.signature else ctx.signature
-            return self._convert(model, out_dir, ctx, shapes, sig)
+            return self._convert(model, out_dir, ctx, shapes, sig, extra_args(options.get("args")))
 
-    def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None, sig: dict) -> Artifact:
+    def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None, sig: dict,
+                 args: list[str]) -> Artifact:
         raw = out_dir / ".onnx2tf"
-        log = run_onnx2tf(model, raw, ctx.timeout_s, shapes)
+        log = run_onnx2tf(model, raw, ctx.timeout_s, shapes, args)
         (out_dir / "tflite").mkdir()
         for q, stem in _FLOAT_FILES.items():
             shutil.move(str(raw / f"model_{stem}.tflite"), str(out_dir / "tflite" / f"{q}.tflite"))
@@ -207,6 +232,7 @@ class SavedModelFromOnnx(Converter):
             "onnx2tf_sample_data": "seeded noise (onnx2tf's internal checks only; never the calibration data)",
             "converter_warnings": warnings,
             **({"input_shapes": shapes} if shapes else {}),
+            **({"onnx2tf_args": args} if args else {}),
         })
 
 

@@ -15,6 +15,7 @@ CONVERTERS = (
     # ONNX, the hub
     "portability.converters.onnx2tf:SavedModelFromOnnx",
     "portability.converters.ort_format:OrtFromOnnx",
+    "portability.converters.ort_quant:DynInt8FromOnnx",
     # TensorFlow's own converters (from onnx2tf's or a framework's SavedModel)
     "portability.converters.onnx2tf:TfliteFromSavedModel",
     "portability.converters.onnx2tf:Int8TfliteFromSavedModel",

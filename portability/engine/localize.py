@@ -200,7 +200,10 @@ def tensor_drift(ref: Any, got: Any, bounds: dict) -> dict:
     amax, cmin = bounds.get("max_abs"), bounds.get("cosine")
     diverges = bool(d.get("nonfinite_mismatch") or (amax is not None and d["max_abs"] > amax * max(1.0, scale))
                     or (cmin is not None and r.size > 1 and d["cosine"] < cmin))
-    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": scale, "diverges": diverges}
+    ratios = [d["max_abs"] / (amax * max(1.0, scale))] if amax else []
+    ratios += [(1.0 - d["cosine"]) / (1.0 - cmin)] if cmin is not None and cmin < 1 and r.size > 1 else []
+    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": scale, "diverges": diverges,
+           "ratio": max(ratios) if ratios else None}
     if not isinstance(ref, list) and r.ndim >= 1 and r.shape[0] > 1:  # batches: does it still follow the input?
         rs, gs = (float(np.ptp(x.reshape(x.shape[0], -1).astype(np.float64), axis=0).max()) for x in (r, g.reshape(r.shape)))
         if rs > 0 and gs == 0:
@@ -284,7 +287,8 @@ def _entry(g: Graph, p: Probe, outputs: list[str] | None = None) -> dict:
     vals = [p.tensors[o] for o in names if o in p.tensors]
     worst = max((v.get("max_abs", float("inf")) for v in vals), default=None)
     cos = min((v.get("cosine", 0.0) for v in vals), default=None)
-    d = {**g.describe(p.index), "max_abs": worst, "cosine": cos, "diverges": p.bad}
+    ratio = max((v["ratio"] for v in vals if v.get("ratio") is not None), default=None)
+    d = {**g.describe(p.index), "max_abs": worst, "cosine": cos, "ratio": ratio, "diverges": p.bad}
     if p.status != "pass" and p.status != "drift":
         d.update(status=p.status, error=p.error)
     if p.constant:
@@ -311,7 +315,8 @@ def run(model_path: Path, target: str, opts, out_dir: Path, say: Callable[[str],
     feeds = prepare_feeds(info, opts)
     inputs = out_dir / "inputs.npz"
     np.savez(inputs, **feeds.arrays)
-    base = dataclasses.replace(opts, inputs=inputs, dataset=None, targets=target, runs=0, robustness=False, versions={})
+    base = dataclasses.replace(opts, inputs=inputs, dataset=None, targets=target, runs=0, robustness=False, versions={},
+                               localize=None)
     g = Graph(Path(model_path))
     points = g.cut_points()
     if not points:
@@ -364,6 +369,7 @@ def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g:
             doc["method"] = "bisection over the topological order" + {"error": f" (on the {t.status})",
                                                                        "constant": " (on the output that ignores the input)"}.get(mode, "")
         doc["curve"] = [_entry(g, p) for p in curve]
+        doc["node_data"] = str(node_data(curve, out_dir / "node_data.json"))
         const = next((p for p in curve if p.constant), None)
         if const is not None:
             doc["first_constant"] = g.describe(const.index)
@@ -387,6 +393,32 @@ def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g:
         doc["reproducer"] = _reproducer(loc, g, first.index, out_dir, check, mode, say)
         doc["conversions"] = loc.conversions
     return doc
+
+
+def node_data(curve: list[Probe], path: Path) -> Path:
+    """The drift of each compared tensor in Model Explorer's node-data format (a graph's ``results`` keyed
+    by output tensor names, which its ONNX adapter matches): the drift over the target's bound, so that
+    above 1 diverges; green below, red above."""
+    results = {name: {"value": round(float(t["ratio"]), 6) if t.get("ratio") is not None and np.isfinite(t["ratio"]) else 1e9}
+               for p in curve for name, t in p.tensors.items()}
+    data = {"results": results, "thresholds": [{"value": 1.0, "bgColor": "#c8e6c9"}, {"value": 1e308, "bgColor": "#ffcdd2"}]}
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s: None) -> None:
+    """``check --localize DIR``: localize every drifting target of ``report`` and put the result in its
+    ``details.localize`` (a model that cannot be localized says why there)."""
+    for t in report.targets:
+        if t.status != "drift" or t.id == report.reference:
+            continue
+        say(f"localizing {t.id}")
+        try:
+            doc = run(Path(model_path), t.id, dataclasses.replace(opts, localize=None),
+                      Path(opts.localize) / t.id.replace("/", "_"), say)
+        except UsageError as e:
+            doc = {"target": t.id, "status": t.status, "error": str(e)}
+        t.details["localize"] = doc
 
 
 def _diverging(name: str, curve: list[Probe]) -> bool:

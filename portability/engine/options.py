@@ -58,6 +58,14 @@ class CheckOptions:
     versions: dict
     #: the output read as class scores for accuracy and robustness (None: the first that looks like scores)
     scores_output: str | None
+    #: after the check, localize every drifting target (``engine/localize.py``): reproducers go here
+    localize: Path | None
+    #: after the check, search for a conversion or runtime option under which each failing target passes
+    fix: bool
+    #: options added to planned steps, by converter class name (``{"SavedModelFromOnnx": {"args": ["-nuo"]}}``)
+    converter_options: dict
+    #: options added to a target's runtime, by target id (``{"server/ort-cpu": {"graph_optimization": "basic"}}``)
+    runtime_options: dict
     #: global threshold overrides, then per-target ones ({target id: {name: bound}}) — user settings
     thresholds: dict = field(default_factory=dict)
     target_thresholds: dict = field(default_factory=dict)
@@ -216,6 +224,15 @@ def _shapes(v: Any, s: Setting) -> list[str]:
     return list(v or [])
 
 
+def _tables(v: Any, s: Setting) -> dict:
+    """A table of tables (name -> options), as a settings file gives it."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, dict) for k, x in v.items()):
+        raise UsageError(f"{s.name} must be a table of tables (name -> options), got {v!r}"[:300])
+    return {k: dict(x) for k, x in v.items()}
+
+
 def default_jobs() -> int:
     import os
 
@@ -244,6 +261,9 @@ SETTINGS: tuple[Setting, ...] = (
             "substitutions) and, for a .pt2/.keras source, FGSM/PGD examples on every target: accuracy and flip "
             "rate against the reference per level.", WHAT, parse=lambda v, s: bool(v),
             flag="--robustness/--no-robustness"),
+    Setting("localize", Path, None, "After the check, localize every target that drifts (as `portability localize` "
+            "does: its first diverging node, the drift curve and a reproducer, in details.localize); the reproducers "
+            "go to this folder. ONNX models only.", WHAT, parse=_path, path=True, file=(str,)),
     Setting("robustness_samples", int, 64, "How many of the first input rows the robustness pass perturbs "
             "(default {default}).", WHAT, parse=_number(int), min=1),
     Setting("inputs", Path, None, ".npz with one array per model input (one batch, or a stack of batches).",
@@ -284,6 +304,15 @@ SETTINGS: tuple[Setting, ...] = (
             "where it cannot), require (an error where it cannot), off. Default: $PORTABILITY_SANDBOX, else "
             "{default}.", RUNNING, parse=_sandbox, commands=_ALL_CMDS, shown="auto"),
     Setting("thresholds", dict, None, "Bounds by name, and tables of them per target id.", THRESHOLDS, flag=""),
+    Setting("fix", bool, False, "After the check, retry each failing target with a bounded list of documented "
+            "alternatives (onnx2tf options, ONNX Runtime optimization levels) and report the first that passes, with "
+            "the setting to use (details.fix).", WHAT, parse=lambda v, s: bool(v), flag="--fix/--no-fix"),
+    Setting("converter_options", dict, None, "Options added to a converter's step, by converter name (a settings "
+            "file's [converter_options.SavedModelFromOnnx] args = [\"-rtpo\", \"Erf\"]: onnx2tf's options; what --fix "
+            "reports).", RUNNING, parse=lambda v, s: _tables(v, s), flag=""),
+    Setting("runtime_options", dict, None, "Options added to a target's runtime, by target id (a settings file's "
+            "[runtime_options.\"server/ort-cpu\"] graph_optimization = \"basic\").", RUNNING,
+            parse=lambda v, s: _tables(v, s), flag=""),
 )
 
 

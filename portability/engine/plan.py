@@ -119,6 +119,15 @@ def plan(source_format: str, target: Target, via: str | None = None) -> Plan:
     return Plan(tuple(steps), (source_format,) + tuple(e.dst for e in chain), via)
 
 
+def with_options(targets: list[Target], converter_options: dict, runtime_options: dict) -> list[Target]:
+    """Each planned step with the options ``converter_options`` gives its converter (by class name), and each
+    target's runtime with those ``runtime_options`` gives it (by target id)."""
+    if not converter_options and not runtime_options:
+        return targets
+    return [replace(t, converters=tuple((p, {**o, **(converter_options.get(p.rsplit(":", 1)[-1]) or {})}) for p, o in t.converters),
+                    options={**t.options, **(runtime_options.get(t.id) or {})}) for t in targets]
+
+
 def plan_targets(source_format: str, targets: list[Target], via: str | None = None
                  ) -> tuple[list[Target], dict[str, str], dict[str, dict]]:
     """Every target with its planned chain (the first, the reference, runs the source as given), the
@@ -137,7 +146,7 @@ def plan_targets(source_format: str, targets: list[Target], via: str | None = No
     return planned, no_route, records
 
 
-__all__ = ["Plan", "NoRoute", "plan", "plan_targets", "edges", "formats", "check_via", "runtime_format", "AS_GIVEN"]
+__all__ = ["Plan", "NoRoute", "plan", "plan_targets", "with_options", "edges", "formats", "check_via", "runtime_format", "AS_GIVEN"]
 
 
 def _source_only(fmt: str) -> bool:

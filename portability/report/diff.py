@@ -90,7 +90,6 @@ def compare_targets(a: TargetResult, b: TargetResult, tol: Tolerances) -> list[C
 
     return _status(a, b) + [Change(b.id, m.kind, m.metric, m.before, m.after, m.worse, b.gating, m.text)
                             for m in regressions(a, b, tol, ran=_ran(a) and _ran(b))]
-    return changes
 
 
 def _notes(before: Report, after: Report) -> list[str]:

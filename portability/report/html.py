@@ -168,6 +168,10 @@ def render(report: Report, diff: Diff | None = None) -> str:
     if diff is not None:
         sections.append(("Changes since the baseline", _diff(diff)))
     sections += _sections(report, "summary")
+    from portability.report import localized
+
+    if (where := localized.html(report, _e)) is not None:
+        sections.append(("Where it diverges, and what fixes it", where))
     from portability.report.versions import tables
 
     sections += [(f"Versions of {pkg}", "<p class=meta>Each version's status, and its worst absolute difference "

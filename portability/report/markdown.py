@@ -58,6 +58,12 @@ def render(report: Report, diff: Diff | None = None) -> str:
         lines += [f"- ❌ `{t.id}` **{t.status}**: {_cell(_what_failed(t))}" for t in failing]
         lines += [f"- ⚠️ `{t.id}` {t.status} (cross-check, not gating): {_cell(_what_failed(t))}" for t in cross]
         lines.append("")
+    from portability.report import localized
+
+    if localized.found(report) or localized.fixes(report):
+        lines += ["### Where it diverges, and what fixes it", ""]
+        lines += [f"- `{tid}`: {localized.line(doc)}" for tid, doc in localized.found(report)]
+        lines += [f"- `{tid}` --fix: {localized.fix_line(doc)}" for tid, doc in localized.fixes(report)] + [""]
     if diff is not None:
         lines += _diff_lines(diff)
     from types import SimpleNamespace

@@ -1,5 +1,6 @@
 """Server targets: ONNX Runtime and the ONNX reference evaluator (on the ONNX model), TensorFlow on a
 SavedModel, Keras 3 and eager PyTorch (the references of Keras and torch.export sources)."""
+from portability.metrics.thresholds import DYNINT8
 from portability.targets.base import Target
 
 
@@ -21,6 +22,15 @@ TARGETS = [
         options={"threads": 1},
         description="ONNX Runtime, CPU, one intra-op thread (a phone's or a serverless function's share: "
         "the latency one core gives, and kernels that split work differently)",
+    ),
+    Target(
+        id="server/ort-int8",
+        runtime="portability.runtimes.ort:OrtCpu",
+        variant={"quant": "dynint8"},
+        thresholds=DYNINT8,
+        gating=False,  # an int8 deployment is a choice: reported, failing the run only with --gate server/ort-int8
+        description="ONNX Runtime, CPU, on the model with ONNX Runtime's dynamic int8 quantization "
+        "(int8 weights, activations quantized per inference): an int8 ONNX deployment (a cross-check)",
     ),
     Target(
         id="server/onnx-reference",

@@ -1,0 +1,169 @@
+"""Remediation search: ``check --fix`` and ``portability fix MODEL --target ID``.
+
+A target that fails to convert, load or run, or that drifts, is checked again under each of a bounded,
+documented list of alternatives that apply to its route, one at a time, through the same cache, isolated
+workers and shared services (one session for them all); the first under which it *passes* is reported with
+the setting that makes it so. An alternative under which it converts but drifts is reported as drifting,
+never as a fix.
+
+The alternatives (``ALTERNATIVES``):
+
+- **onnx2tf** (every TensorFlow, TFLite and TF.js target of an ONNX route), in this order:
+  ``-rtpo OPS`` replaces the ops of the model that onnx2tf can build from TFLite built-ins (Erf, GeLU,
+  HardSwish, Asin…: a Flex op or a missing kernel otherwise); ``-nuo`` skips onnxsim's simplification;
+  ``-dgc`` splits grouped convolutions (a model with one); ``-ebu`` unfolds batched MatMuls (a model with
+  MatMul); ``-kat INPUTS`` keeps the inputs' shapes as given (no channel-last transpose); ``-ofgd`` the GPU
+  delegate's op choices; and, for a drift only, ``-agj``: onnx2tf's own search for parameter replacements
+  that restore accuracy (slow).
+- **ONNX Runtime on the server**: graph optimizations ``basic``, then ``disabled`` (an optimizer pass at
+  fault).
+
+A passing alternative is reported as the settings-file table that selects it (``converter_options`` /
+``runtime_options``, also keyword arguments of ``portability.check``) and, for onnx2tf, the command line
+that converts with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from portability.core.errors import UsageError
+
+#: ops onnx2tf can replace by pseudo-operators made of TFLite built-ins (``-rtpo``, onnx2tf's help)
+PSEUDO_OPS = ("Asin", "Acos", "Atan", "Abs", "PReLU", "LeakyReLU", "Power", "GatherND", "Neg", "HardSwish", "Erf",
+              "GeLU", "MatMulInteger")
+_FAILED = ("drift", "convert-error", "load-error", "run-error", "crash", "timeout", "fallback")
+ONNX2TF = "SavedModelFromOnnx"
+
+
+@dataclass(frozen=True)
+class Alternative:
+    name: str
+    #: the settings that select it (merged over the check's own)
+    settings: dict
+    #: how a user selects it: a line of a settings file (portability.toml, or [tool.portability] in pyproject.toml)
+    option: str
+    #: the raw converter's command line, where there is one
+    command: str | None = None
+    #: only worth trying on a drift (not on a failure to convert or run)
+    drift_only: bool = False
+
+
+def _onnx2tf(name: str, args: list[str], drift_only: bool = False) -> Alternative:
+    quoted = ", ".join(f'"{a}"' for a in args)
+    return Alternative(name, {"converter_options": {ONNX2TF: {"args": args}}},
+                       f"converter_options.{ONNX2TF}.args = [{quoted}]",
+                       "onnx2tf -i model.onnx -o saved_model -osd " + " ".join(args), drift_only)
+
+
+def alternatives(steps: list[str], runtime: str, ops: set[str], inputs: list[str], target: str) -> list[Alternative]:
+    """The alternatives that apply to a target whose chain has converters ``steps`` (class names) and whose
+    runtime is ``runtime`` (``module:Class``), for a model with op types ``ops`` (empty: unknown)."""
+    out: list[Alternative] = []
+    if ONNX2TF in steps:
+        pseudo = [o for o in PSEUDO_OPS if not ops or o in ops]
+        if pseudo:
+            out.append(_onnx2tf(f"onnx2tf -rtpo {' '.join(pseudo)} (those ops from TFLite built-ins)", ["-rtpo", *pseudo]))
+        out.append(_onnx2tf("onnx2tf -nuo (no onnxsim simplification)", ["-nuo"]))
+        if not ops or "Conv" in ops:
+            out.append(_onnx2tf("onnx2tf -dgc (grouped convolutions split)", ["-dgc"]))
+        if not ops or ops & {"MatMul", "Gemm"}:
+            out.append(_onnx2tf("onnx2tf -ebu (batched MatMul unfolded)", ["-ebu"]))
+        if inputs:
+            out.append(_onnx2tf("onnx2tf -kat (input shapes kept as given)", ["-kat", *inputs]))
+        out.append(_onnx2tf("onnx2tf -ofgd (the GPU delegate's op choices)", ["-ofgd"]))
+        out.append(_onnx2tf("onnx2tf -agj (its own search for parameter replacements)", ["-agj"], drift_only=True))
+    if runtime == "portability.runtimes.ort:OrtCpu":
+        for level in ("basic", "disabled"):
+            out.append(Alternative(f"ONNX Runtime graph optimizations {level}",
+                                   {"runtime_options": {target: {"graph_optimization": level}}},
+                                   f'runtime_options."{target}".graph_optimization = "{level}"'))
+    return out
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = {k: dict(v) for k, v in (base or {}).items()}
+    for k, v in extra.items():
+        out[k] = {**out.get(k, {}), **v}
+    return out
+
+
+def _model_ops(path: Path, fmt: str) -> tuple[set[str], list[str]]:
+    if fmt != "onnx":
+        return set(), []
+    import onnx
+
+    g = onnx.load(str(path), load_external_data=False).graph
+    inits = {i.name for i in g.initializer}
+    return {n.op_type for n in g.node}, [i.name for i in g.input if i.name not in inits]
+
+
+def search(model_path: Path, target: str, opts, say: Callable[[str], None] = lambda s: None, session=None,
+           status: str | None = None, info=None) -> dict:
+    """Try the alternatives for ``target`` until one passes: ``{"target", "status", "tried": [{"alternative",
+    "status", "error"}], "passing": {"alternative", "option", "command"} | None}``. ``status``: the target's
+    status in the check already run (else a check finds it)."""
+    from portability.engine import plan
+    from portability.engine.pipeline import check as run_check
+    from portability.engine.pipeline import load_source_isolated
+    from portability.engine.session import Session
+
+    info = info or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+    targets, no_route, _ = plan.for_check(info.format, target, opts.via)
+    t = next((x for x in targets if x.id == target), None)
+    if t is None or target in no_route:
+        raise UsageError(f"no route to {target} from a {info.format} model" + (f": {no_route[target]}" if target in no_route else ""))
+    ops, inputs = _model_ops(Path(model_path), info.format)
+    base = dataclasses.replace(opts, targets=target, runs=0, robustness=False, versions={}, localize=None, fix=False)
+    own = session or Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),))
+    try:
+        def status_under(extra: dict) -> tuple[str, str | None]:
+            o = dataclasses.replace(base, converter_options=_merge(base.converter_options, extra.get("converter_options", {})),
+                                    runtime_options=_merge(base.runtime_options, extra.get("runtime_options", {})))
+            r = run_check(Path(model_path), o, model=info, session=own)
+            res = next(x for x in r.targets if x.id == target)
+            return res.status, res.error
+
+        if status is None:
+            say(f"{target} as it is")
+            status, _ = status_under({})
+        doc: dict[str, Any] = {"target": target, "status": status, "tried": [], "passing": None}
+        if status not in _FAILED:
+            doc["why"] = f"nothing to fix: the target's status is {status}"
+            return doc
+        steps = [p.rsplit(":", 1)[-1] for p, _ in t.converters]
+        for alt in alternatives(steps, t.runtime, ops, inputs, target):
+            if alt.drift_only and status != "drift":
+                continue
+            say(f"{target} with {alt.name}")
+            st, err = status_under(alt.settings)
+            doc["tried"].append({"alternative": alt.name, "status": st, **({"error": err} if err else {})})
+            if st == "pass":
+                doc["passing"] = {"alternative": alt.name, "option": alt.option,
+                                  **({"command": alt.command} if alt.command else {})}
+                break
+        if not doc["tried"]:
+            doc["why"] = "no alternative applies to this target's route"
+        return doc
+    finally:
+        if session is None:
+            own.close()
+
+
+def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s: None) -> None:
+    """``check --fix``: search for each failing target of ``report``; the result is its ``details.fix``."""
+    from portability.engine.pipeline import load_source_isolated
+    from portability.engine.session import Session
+
+    failing = [t for t in report.targets if t.status in _FAILED and t.id != report.reference]
+    if not failing:
+        return
+    info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+    with Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),)) as session:
+        for t in failing:
+            try:
+                t.details["fix"] = search(Path(model_path), t.id, opts, say, session=session, status=t.status, info=info)
+            except UsageError as e:
+                t.details["fix"] = {"target": t.id, "status": t.status, "tried": [], "passing": None, "why": str(e)}

@@ -1,0 +1,71 @@
+"""``check --fix`` and ``portability fix``: a target that fails as converted by default passes under a
+documented alternative, which is named with the setting that selects it; that setting, used as the report
+says, makes the check pass."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import by_id, check_json, run_cli
+
+pytestmark = pytest.mark.mobile
+
+
+def gelu(tmp_path) -> str:
+    """A layer with the exact GELU, x * 0.5 * (1 + Erf(x / sqrt 2)), as PyTorch exports nn.GELU(): onnx2tf
+    turns Erf into TensorFlow's Erf, which TFLite runs only as a Flex (select TF) op."""
+    rng = np.random.default_rng(0)
+    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Div", ["h", "sqrt2"], ["hs"], name="gelu/div"),
+             helper.make_node("Erf", ["hs"], ["e"], name="gelu/erf"),
+             helper.make_node("Add", ["e", "one"], ["e1"], name="gelu/add"),
+             helper.make_node("Mul", ["h", "e1"], ["m"], name="gelu/mul"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="gelu/half")]
+    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [c(rng.standard_normal((8, 8)) * 0.5, "w"), c(np.sqrt(2.0), "sqrt2"), c(1.0, "one"), c(0.5, "half")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    path = tmp_path / "gelu.onnx"
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_check_fix_finds_the_onnx2tf_option_that_makes_gelu_load_and_pass(tmp_path):
+    model = gelu(tmp_path)
+    r = check_json(tmp_path, model, "--targets", "mobile/tflite-fp32", "--runs", "0", "--fix", expect_rc=1)
+    t = by_id(r)["mobile/tflite-fp32"]
+    assert t["status"] != "pass"  # as converted by default: the Erf
+    fix = t["details"]["fix"]
+    assert fix["passing"] is not None, fix
+    assert fix["passing"]["alternative"].startswith("onnx2tf -rtpo") and "Erf" in fix["passing"]["option"]
+    assert fix["tried"][-1]["status"] == "pass"
+    # the setting as the report gives it, in a settings file: the target now passes
+    (tmp_path / "portability.toml").write_text(fix["passing"]["option"] + "\n")
+    (tmp_path / "ok").mkdir()
+    p = run_cli("check", model, "--targets", "mobile/tflite-fp32", "--runs", "0", "--config",
+                str(tmp_path / "portability.toml"), "--json", str(tmp_path / "ok" / "r.json"), "--no-history")
+    assert p.returncode == 0, p.stderr[-2000:]
+    ok = by_id(json.loads((tmp_path / "ok" / "r.json").read_text()))["mobile/tflite-fp32"]
+    assert ok["status"] == "pass" and ok["details"]["artifact_meta"].get("onnx2tf_args", [None])[0] == "-rtpo"
+
+
+def test_fix_says_nothing_to_fix_for_a_passing_target(tmp_path):
+    p = run_cli("fix", gelu(tmp_path), "--target", "server/ort-cpu-noopt", "--json", str(tmp_path / "f.json"))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "f.json").read_text())
+    assert doc["status"] == "pass" and doc["tried"] == [] and doc["passing"] is None
+
+
+def test_onnx2tf_options_outside_the_list_are_refused(tmp_path):
+    (tmp_path / "portability.toml").write_text('[converter_options.SavedModelFromOnnx]\nargs = ["-o", "/tmp/elsewhere"]\n')
+    (tmp_path / "r").mkdir()
+    r = check_json(tmp_path / "r", gelu(tmp_path), "--targets", "mobile/tflite-fp32", "--runs", "0", "--config",
+                   str(tmp_path / "portability.toml"), expect_rc=1)
+    t = by_id(r)["mobile/tflite-fp32"]
+    assert t["status"] == "convert-error" and "onnx2tf option -o is not one a check may add" in t["error"]

@@ -1,0 +1,158 @@
+"""``portability localize``: on models built to go wrong at one known node on one target, the node is named,
+its inputs are clean, and the reproducer written for it goes wrong by itself on that target — checked here
+with a separate ``portability check`` of the reproducer file."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import FIXTURES, by_id, check_json, run_cli
+
+
+def _save(tmp_path, name: str, nodes, inits, x_shape, y_shape, opset: int) -> str:
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    onnx.checker.check_model(m)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(m, path)
+    return str(path)
+
+
+def old_softmax(tmp_path) -> str:
+    """Conv -> Relu -> Conv -> Softmax(axis=1, opset 11) -> Mul. Before opset 13, Softmax on a 4-D tensor
+    normalizes over every axis from 1 on (C*H*W values); onnx2tf's converted graph normalizes over the channels
+    only: every TensorFlow target drifts at the Softmax, and nowhere before it."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.5).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((4, 4, 1, 1)) * 0.5).astype(np.float32), "w2")
+    k = numpy_helper.from_array(np.array(100.0, np.float32), "k")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Softmax", ["c2"], ["s"], axis=1, name="softmax"),
+             helper.make_node("Mul", ["s", "k"], ["y"], name="scale")]
+    return _save(tmp_path, "old_softmax", nodes, [w1, w2, k], [1, 3, 8, 8], [1, 4, 8, 8], 11)
+
+
+def outlier_weights(tmp_path) -> str:
+    """fc1 -> Relu -> fc2 -> Relu -> fc3. fc2's weights hold one outlier (60 among values of about 0.05):
+    per-tensor int8 weights round every other weight of fc2 to zero, so dynamic int8 quantization drifts at
+    fc2; fc1 and fc3 keep their precision."""
+    rng = np.random.default_rng(1)
+    w = [(rng.standard_normal((16, 16)) * 0.25).astype(np.float32) for _ in range(3)]
+    w[1] *= 0.2
+    w[1][3, 5] = 60.0
+    inits = [numpy_helper.from_array(a, f"w{i}") for i, a in enumerate(w)]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h1"], name="fc1"), helper.make_node("Relu", ["h1"], ["a1"], name="act1"),
+             helper.make_node("MatMul", ["a1", "w1"], ["h2"], name="fc2"), helper.make_node("Relu", ["h2"], ["a2"], name="act2"),
+             helper.make_node("MatMul", ["a2", "w2"], ["y"], name="fc3")]
+    return _save(tmp_path, "outlier", nodes, inits, [1, 16], [1, 16], 13)
+
+
+def flat_after_shift(tmp_path) -> str:
+    """x * 1e-4 + 5, then back. Full-integer quantization gives the shifted tensor a scale of about 5/255:
+    its values (5 to 5.0001) all quantize to the same step, and from there on the int8 model's output no
+    longer depends on its input."""
+    c = lambda v, n: numpy_helper.from_array(np.array(v, np.float32), n)  # noqa: E731
+    nodes = [helper.make_node("Mul", ["x", "tiny"], ["a"], name="squeeze"),
+             helper.make_node("Add", ["a", "five"], ["b"], name="shift"),
+             helper.make_node("Relu", ["b"], ["r"], name="relu"),
+             helper.make_node("Sub", ["r", "five"], ["d"], name="unshift"),
+             helper.make_node("Mul", ["d", "big"], ["y"], name="stretch")]
+    return _save(tmp_path, "flat", nodes, [c(1e-4, "tiny"), c(5.0, "five"), c(1e4, "big")], [1, 8], [1, 8], 13)
+
+
+def localize(tmp_path, model: str, target: str, *extra: str, expect_rc: int = 1) -> dict:
+    out = tmp_path / "loc"
+    p = run_cli("localize", model, "--target", target, "--out", str(out), "--json", str(tmp_path / "loc.json"), *extra)
+    assert p.returncode == expect_rc, p.stderr[-3000:] + p.stdout[-2000:]
+    doc = json.loads((tmp_path / "loc.json").read_text())
+    assert json.loads((out / "localize.json").read_text()) == doc
+    return doc
+
+
+def reproduces_alone(tmp_path, doc: dict, target: str) -> dict:
+    """``portability check`` of the reproducer file with its inputs: the target's result there."""
+    r = doc["reproducer"]
+    (tmp_path / "alone").mkdir(exist_ok=True)
+    rep = check_json(tmp_path / "alone", r["model"], "--targets", target, "--inputs", r["inputs"], "--runs", "0",
+                     expect_rc=None)
+    return by_id(rep)[target]
+
+
+@pytest.mark.mobile
+def test_a_converted_target_is_bisected_to_the_node_that_drifts(tmp_path):
+    """The TFLite path: onnx2tf's old-opset Softmax. A bisection over five nodes: a handful of conversions."""
+    doc = localize(tmp_path, old_softmax(tmp_path), "mobile/tflite-fp32")
+    assert doc["status"] == "drift" and doc["method"].startswith("bisection")
+    first = doc["first_divergence"]
+    assert (first["node"], first["op_type"]) == ("softmax", "Softmax")
+    assert first["op_at_fault"] and first["inputs_max_abs"]["c2"] < 1e-4  # clean inputs: the op is at fault
+    assert [c["node"] for c in doc["curve"] if c["diverges"]][0] == "softmax"
+    assert all(not c["diverges"] for c in doc["curve"] if c["index"] < first["index"])
+    assert doc["conversions"] <= 1 + 3 + 1 + 1  # the whole model, log2(5) cuts, the reproducer (and its inputs)
+    rep = doc["reproducer"]
+    assert rep["kind"] == "node" and rep["reproduces"]
+    alone = onnx.load(rep["model"])
+    assert [n.op_type for n in alone.graph.node] == ["Softmax"]  # the node by itself, fed the reference's tensor
+    assert reproduces_alone(tmp_path, doc, "mobile/tflite-fp32")["status"] == "drift"
+
+
+@pytest.mark.web
+def test_the_browser_path_localizes_webgpu_on_the_fixture_lenet(tmp_path):
+    """ONNX Runtime Web on WebGPU (a software adapter here) drifts on LeNet: every node's output comes back
+    from the page in one run, the first diverging node has clean inputs, and the node alone, fed the
+    reference's values, drifts in the browser too."""
+    doc = localize(tmp_path, str(FIXTURES / "lenet.onnx"), "web/ort-webgpu")
+    assert doc["method"] == "every node's outputs"
+    assert len(doc["curve"]) == doc["nodes"]  # every node has a float output in LeNet
+    first = doc["first_divergence"]
+    assert first is not None and first["op_at_fault"], doc["curve"]
+    assert all(not c["diverges"] for c in doc["curve"] if c["index"] < first["index"])
+    assert doc["reproducer"]["reproduces"]
+    assert reproduces_alone(tmp_path, doc, "web/ort-webgpu")["status"] == "drift"
+
+
+def test_the_ort_path_localizes_a_quantized_matmul(tmp_path):
+    """server/ort-int8 (ONNX Runtime's dynamic quantization) runs the ONNX graph: every node's output, the
+    first diverging one is the MatMul whose weights hold the outlier."""
+    model = outlier_weights(tmp_path)
+    doc = localize(tmp_path, model, "server/ort-int8")
+    assert doc["method"] == "every node's outputs" and doc["conversions"] <= 4
+    assert [c["node"] for c in doc["curve"]] == ["fc1", "act1", "fc2", "act2", "fc3"]
+    first = doc["first_divergence"]
+    assert first["node"] == "fc2" and first["op_at_fault"]
+    assert doc["curve"][0]["cosine"] > 0.999 and not doc["curve"][0]["diverges"]
+    assert doc["reproducer"]["reproduces"]
+    assert reproduces_alone(tmp_path, doc, "server/ort-int8")["status"] == "drift"
+
+
+@pytest.mark.mobile
+def test_an_output_that_stops_following_the_input_is_localized_where_it_stops(tmp_path):
+    doc = localize(tmp_path, flat_after_shift(tmp_path), "mobile/tflite-int8")
+    assert doc["mode"] == "constant"
+    first = doc["first_divergence"]
+    assert (first["node"], first["op_type"]) == ("shift", "Add") and first.get("constant")
+    assert doc["first_constant"]["node"] == "shift"
+    assert not any(c.get("constant") for c in doc["curve"] if c["index"] < first["index"])
+    assert doc["reproducer"]["reproduces"]
+
+
+def test_a_target_that_agrees_exits_0_and_names_no_node(tmp_path):
+    doc = localize(tmp_path, old_softmax(tmp_path), "server/ort-cpu-noopt", expect_rc=0)
+    assert doc["status"] == "pass" and doc["first_divergence"] is None and doc["reproducer"] is None
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--target", "nowhere/x"], "unknown target 'nowhere/x'"),
+    (["--target", "server/ort-cpu", "--inputs", "missing.npz"], "missing.npz"),
+])
+def test_usage_errors_are_one_line(tmp_path, args, says):
+    p = run_cli("localize", str(FIXTURES / "lenet.onnx"), *args, "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
