@@ -41,16 +41,17 @@ def old_softmax(tmp_path) -> str:
 
 
 def outlier_weights(tmp_path) -> str:
-    """fc1 -> Relu -> fc2 -> Relu -> fc3. fc2's weights hold one outlier (60 among values of about 0.05):
-    per-tensor int8 weights round every other weight of fc2 to zero, so dynamic int8 quantization drifts at
-    fc2; fc1 and fc3 keep their precision."""
+    """fc1 -> Relu -> Concat(a zero feature) -> fc2 -> Relu -> fc3. fc2's weights hold one outlier (8, among
+    values of about 0.25) on the row of the zero feature: it adds nothing to the output, but per-tensor int8
+    weights get a step of 8/127, so dynamic int8 quantization drifts at fc2 (cosine about 0.99) while fc1 keeps
+    its precision (cosine 0.9999)."""
     rng = np.random.default_rng(1)
-    w = [(rng.standard_normal((16, 16)) * 0.25).astype(np.float32) for _ in range(3)]
-    w[1] *= 0.2
-    w[1][3, 5] = 60.0
-    inits = [numpy_helper.from_array(a, f"w{i}") for i, a in enumerate(w)]
+    w = [(rng.standard_normal(shape) * 0.25).astype(np.float32) for shape in ((16, 16), (17, 16), (16, 16))]
+    w[1][16, 5] = 8.0
+    inits = [numpy_helper.from_array(a, f"w{i}") for i, a in enumerate(w)] + [numpy_helper.from_array(np.zeros((1, 1), np.float32), "zero")]
     nodes = [helper.make_node("MatMul", ["x", "w0"], ["h1"], name="fc1"), helper.make_node("Relu", ["h1"], ["a1"], name="act1"),
-             helper.make_node("MatMul", ["a1", "w1"], ["h2"], name="fc2"), helper.make_node("Relu", ["h2"], ["a2"], name="act2"),
+             helper.make_node("Concat", ["a1", "zero"], ["a1z"], axis=1, name="pad"),
+             helper.make_node("MatMul", ["a1z", "w1"], ["h2"], name="fc2"), helper.make_node("Relu", ["h2"], ["a2"], name="act2"),
              helper.make_node("MatMul", ["a2", "w2"], ["y"], name="fc3")]
     return _save(tmp_path, "outlier", nodes, inits, [1, 16], [1, 16], 13)
 
@@ -125,7 +126,7 @@ def test_the_ort_path_localizes_a_quantized_matmul(tmp_path):
     model = outlier_weights(tmp_path)
     doc = localize(tmp_path, model, "server/ort-int8")
     assert doc["method"] == "every node's outputs" and doc["conversions"] <= 4
-    assert [c["node"] for c in doc["curve"]] == ["fc1", "act1", "fc2", "act2", "fc3"]
+    assert [c["node"] for c in doc["curve"]] == ["fc1", "act1", "pad", "fc2", "act2", "fc3"]
     first = doc["first_divergence"]
     assert first["node"] == "fc2" and first["op_at_fault"]
     assert doc["curve"][0]["cosine"] > 0.999 and not doc["curve"][0]["diverges"]
