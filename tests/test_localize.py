@@ -103,6 +103,8 @@ def test_a_converted_target_is_bisected_to_the_node_that_drifts(tmp_path):
     alone = onnx.load(rep["model"])
     assert [n.op_type for n in alone.graph.node] == ["Softmax"]  # the node by itself, fed the reference's tensor
     assert reproduces_alone(tmp_path, doc, "mobile/tflite-fp32")["status"] == "drift"
+    # the delegate A/B: LiteRT's reference kernels compute the converted Softmax the same way: not XNNPACK's fault
+    assert doc["kernels_ab"]["reference_kernels"]["diverges"] and doc["kernels_ab"]["verdict"].startswith("both kernel sets")
 
 
 @pytest.mark.web
@@ -157,3 +159,24 @@ def test_a_target_that_agrees_exits_0_and_names_no_node(tmp_path):
 def test_usage_errors_are_one_line(tmp_path, args, says):
     p = run_cli("localize", str(FIXTURES / "lenet.onnx"), *args, "--out", str(tmp_path / "o"))
     assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.mobile
+def test_check_localize_puts_the_node_in_every_report(tmp_path):
+    """``check --localize DIR``: each drifting target's result in its details, a line in the terminal and
+    the Markdown summary, a section with the drift curve in the HTML report."""
+    model = old_softmax(tmp_path)
+    out = tmp_path / "where"
+    p = run_cli("check", model, "--targets", "mobile/tflite-fp32", "--runs", "0", "--localize", str(out), "--json",
+                str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"), "--markdown", str(tmp_path / "r.md"), "--no-history")
+    assert p.returncode == 1, p.stderr[-2000:]
+    t = by_id(json.loads((tmp_path / "r.json").read_text()))["mobile/tflite-fp32"]
+    loc = t["details"]["localize"]
+    assert loc["first_divergence"]["node"] == "softmax" and loc["reproducer"]["reproduces"]
+    assert (out / "mobile_tflite-fp32" / "reproducer_node.onnx").is_file()
+    assert "mobile/tflite-fp32 localized: first diverging node softmax (Softmax, #3 of 5)" in " ".join(p.stdout.split())
+    assert "first diverging node softmax (Softmax" in (tmp_path / "r.md").read_text()
+    page = (tmp_path / "r.html").read_text()
+    assert "Where it diverges" in page and "<svg" in page.split("Where it diverges")[1]
+    nd = json.loads((out / "mobile_tflite-fp32" / "node_data.json").read_text())
+    assert nd["results"]["s"]["value"] > 1 > nd["results"]["c2"]["value"]  # Model Explorer: softmax red, conv2 green

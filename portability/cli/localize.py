@@ -80,6 +80,10 @@ def _show(doc: dict) -> None:
         c = doc["first_constant"]
         out.print(f"[yellow]the output stops depending on the input[/] at node {c['node'] or '(unnamed)'} ({c['op_type']}, #{c['index']})",
                   highlight=False)
+    ab = doc.get("kernels_ab")
+    if ab:
+        out.print(f"LiteRT's reference kernels at that node: max |Δ| {_num(ab['reference_kernels']['max_abs'])} "
+                  f"(XNNPACK {_num(ab['default']['max_abs'])}): {ab['verdict']}", highlight=False, soft_wrap=True)
     r = doc.get("reproducer")
     if r:
         verdict = "[red]reproduces[/] it by itself" if r["reproduces"] else "does [bold]not[/] reproduce it by itself"

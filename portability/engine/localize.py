@@ -33,12 +33,12 @@ from typing import Any, Callable
 import numpy as np
 
 from portability.core.errors import UsageError
+from portability.engine.cuts import Graph
 
 #: the most bytes of intermediate tensors (reference and target together, all batches) one run returns
 CHUNK_BYTES = 256 * 2**20
 #: formats a runtime runs the ONNX graph itself in: every tensor keeps its name
 GRAPH_FORMATS = ("onnx", "ort")
-_FLOATS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _ERRORS = ("convert-error", "load-error", "run-error", "timeout", "crash")
 
 
@@ -58,132 +58,6 @@ class Probe:
     @property
     def constant(self) -> bool:
         return any(t.get("constant") for t in self.tensors.values())
-
-
-class Graph:
-    """The model's graph, as cuts are made of it."""
-
-    def __init__(self, path: Path):
-        import onnx
-
-        self.model = onnx.load(str(path))
-        g = self.model.graph
-        try:
-            typed = onnx.shape_inference.infer_shapes(self.model)
-        except Exception:  # noqa: BLE001 — types of the graph's own outputs and inputs are enough then
-            typed = self.model
-        self.types: dict[str, Any] = {v.name: v.type for v in list(typed.graph.value_info) + list(g.input) + list(g.output)}
-        self.inits = {i.name for i in g.initializer}
-        self.inputs = [i.name for i in g.input if i.name not in self.inits]
-        self.nodes = list(g.node)
-        self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
-        self.consumers: dict[str, list[int]] = {}
-        for i, n in enumerate(self.nodes):
-            for t in n.input:
-                self.consumers.setdefault(t, []).append(i)
-        for o in g.output:
-            self.consumers.setdefault(o.name, []).append(len(self.nodes))
-
-    def floats(self, i: int) -> list[str]:
-        """Node ``i``'s float outputs of a known type (what can be compared)."""
-        return [o for o in self.nodes[i].output if o and o in self.types
-                and self.types[o].HasField("tensor_type") and self.types[o].tensor_type.elem_type in _FLOATS]
-
-    def cut_points(self) -> list[int]:
-        return [i for i in range(len(self.nodes)) if self.floats(i)]
-
-    def frontier(self, k: int) -> list[str]:
-        """Float tensors made by nodes ``<= k`` that a later node (or the graph's output) reads."""
-        return [o for i in range(k + 1) for o in self.floats(i) if any(c > k for c in self.consumers.get(o, ()))]
-
-    def depends_on_input(self, name: str) -> bool:
-        seen, todo = set(), [name]
-        while todo:
-            t = todo.pop()
-            if t in self.inputs:
-                return True
-            if t in seen or t not in self.producer:
-                continue
-            seen.add(t)
-            n = self.nodes[self.producer[t]]
-            todo += [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
-        return False
-
-    def cut(self, outputs: list[str], path: Path) -> Path:
-        """The graph up to ``outputs`` (the nodes they need, the initializers those read) saved at ``path``."""
-        import onnx
-        from onnx import helper
-
-        need, keep, todo = set(), set(), list(outputs)
-        while todo:
-            t = todo.pop()
-            if t in need:
-                continue
-            need.add(t)
-            if t in self.producer:
-                i = self.producer[t]
-                if i not in keep:
-                    keep.add(i)
-                    n = self.nodes[i]
-                    todo += [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
-        g = self.model.graph
-        graph = helper.make_graph(
-            [self.nodes[i] for i in sorted(keep)], g.name or "cut",
-            [i for i in g.input if i.name not in self.inits],  # every input stays: feeds are the model's
-            [helper.make_value_info(o, self.types[o]) for o in outputs],
-            [t for t in g.initializer if t.name in need])
-        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        onnx.save(m, str(path))
-        return path
-
-    def node_alone(self, i: int, values: dict[str, np.ndarray], path: Path) -> tuple[Path, dict[str, np.ndarray]]:
-        """Node ``i`` by itself: inputs that do not depend on the model's inputs (and are the same for every
-        batch) become initializers; the others graph inputs fed with ``values`` (the reference's, stacked
-        over batches). Returns the file and its feeds."""
-        import onnx
-        from onnx import helper, numpy_helper
-
-        n = self.nodes[i]
-        g = self.model.graph
-        inits = {t.name: t for t in g.initializer}
-        fed, consts, feeds = [], [], {}
-        for x in dict.fromkeys(t for t in list(n.input) + [t for a in n.attribute if a.type == a.GRAPH for t in _outer(a.g)] if t):
-            if x in inits:
-                consts.append(inits[x])
-            elif x in values and (self.depends_on_input(x) or not _same_per_batch(values[x])):
-                fed.append(helper.make_value_info(x, self.types[x]) if x in self.types else
-                           helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(values[x].dtype), None))
-                feeds[x] = values[x]
-            elif x in values:
-                consts.append(numpy_helper.from_array(np.asarray(values[x][0]), x))
-            else:
-                raise KeyError(x)
-        outs = [helper.make_value_info(o, self.types[o]) for o in self.floats(i)]
-        graph = helper.make_graph([n], "reproducer", fed, outs, consts)
-        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
-        onnx.save(m, str(path))
-        return path, feeds
-
-    def describe(self, i: int) -> dict:
-        n = self.nodes[i]
-        return {"index": i, "node": n.name or None, "op_type": n.op_type, "outputs": self.floats(i)}
-
-
-def _outer(g) -> list[str]:
-    """Names a subgraph reads from the scope around it."""
-    made = {o for n in g.node for o in n.output} | {i.name for i in g.input} | {t.name for t in g.initializer}
-    out = []
-    for n in g.node:
-        out += [x for x in n.input if x and x not in made]
-        out += [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g) if x not in made]
-    return out
-
-
-def _same_per_batch(a: Any) -> bool:
-    if isinstance(a, list):
-        return all(np.array_equal(a[0], x) for x in a[1:])
-    return bool(a.shape[0] <= 1 or all(np.array_equal(a[0], a[j]) for j in range(1, a.shape[0])))
 
 
 def tensor_drift(ref: Any, got: Any, bounds: dict) -> dict:
@@ -221,9 +95,9 @@ class Localizer:
         self.conversions = 0
         self.reference_values: dict[str, Any] = {}
 
-    def probe(self, index: int, tensors: list[str], name: str) -> Probe:
+    def probe(self, index: int, tensors: list[str], name: str, runtime: dict | None = None) -> Probe:
         path = self.g.cut(tensors, self.work / name / "model.onnx")
-        report, outputs, ref_id = self._check(path)
+        report, outputs, ref_id = self._check(path, runtime=runtime)
         self.conversions += 1
         t = next(x for x in report.targets if x.id == self.target)
         p = Probe(index, t.status, t.error)
@@ -322,22 +196,23 @@ def run(model_path: Path, target: str, opts, out_dir: Path, say: Callable[[str],
     if not points:
         raise UsageError(f"{Path(model_path).name}: no node has a float output to compare")
     try:
-        doc = _localize(model_path, target, base, out_dir, work, g, points, feeds.batches, say)
+        doc = _localize(model_path, target, reg[target].runtime, base, out_dir, work, g, points, feeds.batches, say)
         (out_dir / "localize.json").write_text(json.dumps(doc, indent=2, default=str))
         return doc
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g: Graph, points: list[int], batches: int,
-              say: Callable[[str], None]) -> dict:
+def _localize(model_path: Path, target: str, runtime: str, base, out_dir: Path, work: Path, g: Graph, points: list[int],
+              batches: int, say: Callable[[str], None]) -> dict:
     from portability.engine.pipeline import check as run_check
     from portability.engine.session import Session
 
     with Session(mode=base.sandbox, reads=(str(out_dir.resolve()), str(Path(model_path).resolve().parent))) as session:
-        def check(path: Path, given_inputs: Path | None = None):
+        def check(path: Path, given_inputs: Path | None = None, runtime: dict | None = None):
             kept: dict = {}
-            o = dataclasses.replace(base, inputs=given_inputs) if given_inputs else base
+            o = dataclasses.replace(base, inputs=given_inputs or base.inputs,
+                                    runtime_options={**base.runtime_options, **({target: runtime} if runtime else {})})
             report = run_check(path, o, session=session, kept=kept)
             return report, kept.get("outputs") or {}, report.reference
 
@@ -355,6 +230,7 @@ def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g:
                           f"the target did not run: {t.error if t else 'not planned'}")
             doc["conversions"] = loc.conversions
             return doc
+        doc.update(_placement(t.details or {}))
         ref, got = outs.get(ref_id) or {}, outs.get(target) or {}
         flat = any(tensor_drift(ref[k], got[k], bounds).get("constant") for k in ref if k in got)
         mode = "error" if t.status in _ERRORS else "constant" if flat else "drift"
@@ -377,22 +253,56 @@ def _localize(model_path: Path, target: str, base, out_dir: Path, work: Path, g:
             doc["why"] = "no node's output diverges by itself (the model's outputs do: see the curve)"
             doc["conversions"] = loc.conversions
             return doc
-        node = g.nodes[first.index]
-        ins = [x for x in node.input if x]
-        in_drift = {}
-        for x in ins:
-            src = g.producer.get(x)
-            hit = next((p.tensors[x] for p in curve if x in p.tensors), None)
-            in_drift[x] = 0.0 if x in g.inputs or x in g.inits or src is None else (hit or {}).get("max_abs")
-        doc["first_divergence"] = {**g.describe(first.index), **_entry(g, first, g.floats(first.index)),
-                                   "inputs_max_abs": in_drift,
-                                   "op_at_fault": not any(_diverging(x, curve) for x in in_drift)}
-        doc["first_divergence"].pop("outputs", None)
+        doc["first_divergence"] = _first(g, first, curve, doc.get("placement"))
         if mode == "error":
             doc["first_divergence"]["error"] = first.error
         doc["reproducer"] = _reproducer(loc, g, first.index, out_dir, check, mode, say)
+        if runtime.endswith("litert:LiteRt") and mode != "error":
+            doc["kernels_ab"] = _kernels_ab(loc, g, first, mode, say)
         doc["conversions"] = loc.conversions
     return doc
+
+
+def _placement(details: dict) -> dict:
+    """ONNX Runtime Web's node placement (more than one provider: a partial fallback, with which nodes ran where)."""
+    placed = details.get("node_placement")
+    if not placed:
+        return {}
+    nodes = details.get("node_placement_nodes")
+    return {"placement": {"providers": placed, "partial_fallback": len(placed) > 1, **({"nodes": nodes} if nodes else {})}}
+
+
+def _first(g: Graph, first: Probe, curve: list[Probe], placement: dict | None) -> dict:
+    """The first diverging node: what it is, its outputs' and inputs' drift, whether the op is at fault, and
+    where it ran (a partial fallback's provider)."""
+    node = g.nodes[first.index]
+    in_drift = {}
+    for x in (x for x in node.input if x):
+        hit = next((p.tensors[x] for p in curve if x in p.tensors), None)
+        in_drift[x] = 0.0 if x in g.inputs or x in g.inits or x not in g.producer else (hit or {}).get("max_abs")
+    out = {**g.describe(first.index), **_entry(g, first, g.floats(first.index)), "inputs_max_abs": in_drift,
+           "op_at_fault": not any(_diverging(x, curve) for x in in_drift)}
+    out.pop("outputs", None)
+    ran = [ep for ep, names in ((placement or {}).get("nodes") or {}).items() if node.name in names]
+    if ran:
+        out["provider"] = ran[0]
+    return out
+
+
+def _kernels_ab(loc: Localizer, g: Graph, first: Probe, mode: str, say: Callable[[str], None]) -> dict:
+    """LiteRT's default kernels (XNNPACK) against its reference kernels on the cut at the first diverging
+    node: which of the two computes that node differently."""
+    say("the first diverging node's cut on LiteRT's reference kernels")
+    ref = loc.probe(first.index, list(first.tensors), f"ref{first.index}", runtime={"kernels": "reference"})
+    own = g.floats(first.index)
+    worst = lambda p: max((p.tensors[o].get("max_abs") or 0.0 for o in own if o in p.tensors), default=None)  # noqa: E731
+    bad_ref = failing(Probe(ref.index, ref.status, ref.error, {o: ref.tensors[o] for o in own if o in ref.tensors}), mode)
+    verdict = ("both kernel sets compute it differently: the converted model itself" if bad_ref else
+               "only the default kernels (XNNPACK) compute it differently: LiteRT's reference kernels agree with the "
+               "reference runtime (a delegate's kernel at fault)")
+    return {"default": {"kernels": "xnnpack", "max_abs": worst(first)},
+            "reference_kernels": {"kernels": "reference", "status": ref.status, "max_abs": worst(ref), "diverges": bad_ref},
+            "verdict": verdict}
 
 
 def node_data(curve: list[Probe], path: Path) -> Path:

@@ -354,15 +354,14 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     progress = progress or _Silent()
     model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
     feeds = prepare_feeds(model, opts)
-    targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via)
-    targets = plan.with_options(targets, opts.converter_options, opts.runtime_options)
+    targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via,
+                                              overrides=(opts.converter_options, opts.runtime_options))
     verdict.check_gate_rules(targets, opts.gate)
     targets, version_skips, version_info = _versions(targets, opts, progress)
     no_route = {**no_route, **version_skips}
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
     run = rob = None
     try:
-        rob = None
         if opts.robustness:
             from portability.metrics.robustness import run as robust
 

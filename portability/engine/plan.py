@@ -154,12 +154,13 @@ def _source_only(fmt: str) -> bool:
     return not any(e.dst == fmt and not e.snapshot for e in edges())
 
 
-def for_check(source_format: str, spec: str, via: str | None = None, reg: dict | None = None
-              ) -> tuple[list[Target], dict[str, str], dict[str, dict]]:
+def for_check(source_format: str, spec: str, via: str | None = None, reg: dict | None = None,
+              overrides: tuple[dict, dict] = ({}, {})) -> tuple[list[Target], dict[str, str], dict[str, dict]]:
     """The check's targets for a source: expanded from ``spec`` with the source's reference first, each
     planned. A target that runs only sources of another format (``server/keras`` for an ONNX source) is
     left out unless named; any other target without a route stays, to be reported ``skipped`` with why.
-    Plans are recorded for the report when the source is not ONNX or ``via`` is given."""
+    Plans are recorded for the report when the source is not ONNX or ``via`` is given. ``overrides``: the
+    converter and runtime options to add (``with_options``)."""
     from portability.sources import reference
     from portability.targets import expand, registry
 
@@ -168,4 +169,4 @@ def for_check(source_format: str, spec: str, via: str | None = None, reg: dict |
     planned, no_route, records = plan_targets(source_format, targets, via)
     keep = [t for t in planned if t.id in named or t.id not in no_route or not _source_only(runtime_format(t))]
     no_route = {k: v for k, v in no_route.items() if k in {t.id for t in keep}}
-    return keep, no_route, (records if source_format != "onnx" or via else {})
+    return with_options(keep, *overrides), no_route, (records if source_format != "onnx" or via else {})

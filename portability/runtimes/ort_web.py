@@ -57,6 +57,7 @@ class OrtWeb(WebRuntime):
     packages: ClassVar[dict[str, str]] = {"onnxruntime-web": "dist/ort.wasm.min.mjs"}
     uses = ("onnxruntime-web",)
     placement: dict[str, int] | None = None
+    placement_nodes: dict[str, list[str]] | None = None
 
     @property
     def ep(self) -> str:
@@ -85,11 +86,13 @@ class OrtWeb(WebRuntime):
 
     def keep_console(self, kind: str, text: str) -> bool:
         # the session is created with verbose logging for its node placement; drop the rest of it
-        return "placed on [" in text or not _ORT_LOG.search(text)
+        return "VerifyEachNodeIsAssignedToAnEp" in text or "placed on [" in text or not _ORT_LOG.search(text)
 
     def after_load(self) -> None:
         super().after_load()
-        self.placement = _placement(t for _, t in self._browser.console)
+        lines = [t for _, t in self._browser.console]
+        self.placement = _placement(lines)
+        self.placement_nodes = _placed_nodes(lines)
 
     def describe(self) -> str:
         return f"onnxruntime-web {self._info.get('version') or '?'} ({self.bundle}, {self.ep})"
@@ -115,6 +118,8 @@ class OrtWeb(WebRuntime):
         d = {**super().details(), "threads_requested": self.threads}
         if self.placement:
             d["node_placement"] = dict(self.placement)
+        if self.placement_nodes and len(self.placement_nodes) > 1:  # a partial fallback: which nodes ran where
+            d["node_placement_nodes"] = self.placement_nodes
         return d
 
     def op_error(self, message: str, cls: type[TargetError]) -> TargetError:
@@ -134,6 +139,28 @@ def _placement(lines) -> dict[str, int] | None:
         if m:
             out[m.group(1)] = out.get(m.group(1), 0) + int(m.group(2))
     return out or None
+
+
+_NODE = re.compile(r"VerifyEachNodeIsAssignedToAnEp\]\s+(\w+) \(([^()]*)\)\s*$")
+#: the most node names kept per execution provider
+_MAX_NAMES = 500
+
+
+def _placed_nodes(lines) -> dict[str, list[str]]:
+    """ORT's verbose placement log, node by node ("  Conv (name)" after each "placed on [EP]" line) ->
+    {execution provider: [node names]} (names as the log gives them, at most ``_MAX_NAMES`` each)."""
+    out: dict[str, list[str]] = {}
+    ep = None
+    for line in lines:
+        m = _PLACED.search(line)
+        if m:
+            ep = m.group(1)
+            out.setdefault(ep, [])
+            continue
+        n = _NODE.search(line)
+        if n and ep is not None and len(out[ep]) < _MAX_NAMES:
+            out[ep].append(n.group(2))
+    return {k: v for k, v in out.items() if v}
 
 
 def _backend(ep: str, threads: int) -> str:

@@ -6,6 +6,7 @@ the single-file ONNX snapshot and TF.js / LiteRT.js run what onnx2tf makes of it
 graph model; fp32 ``.tflite``); from Keras or a SavedModel, TensorFlow's own converters make them.
 """
 
+from portability.metrics.thresholds import DYNINT8
 from portability.targets.base import Target
 
 ORT_WEB = "portability.runtimes.ort_web:OrtWeb"
@@ -27,6 +28,10 @@ TARGETS = [
          ep="wasm", threads=2),
     _ort("web/ort-webgl", "onnxruntime-web, WebGL (ort.webgl bundle; deprecated upstream, fewer ops)", ep="webgl"),
     _ort("web/ort-webgpu", "onnxruntime-web, WebGPU (ort.webgpu bundle; SwiftShader without a GPU)", ep="webgpu"),
+    Target(id="web/ort-wasm-int8", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "dynint8"},
+           thresholds=DYNINT8, gating=False,  # an int8 deployment is a choice: a cross-check unless --gate
+           description="onnxruntime-web, wasm, on ONNX Runtime's dynamic int8 quantization of the model "
+           "(what a q8 web deployment ships; a cross-check)"),
     _tfjs("cpu", "TensorFlow.js 4.22 graph model, plain-JS cpu backend"),
     _tfjs("wasm", "TensorFlow.js graph model, wasm backend (1 thread)"),
     _tfjs("webgl", "TensorFlow.js graph model, WebGL backend"),

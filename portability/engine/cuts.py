@@ -1,0 +1,136 @@
+"""The ONNX graph ``localize`` cuts: the nodes in topological order, which tensors cross a cut, the graph up
+to a set of tensors, and one node by itself fed with given values (the reproducer)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_FLOATS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+class Graph:
+    """The model's graph, as cuts are made of it."""
+
+    def __init__(self, path: Path):
+        import onnx
+
+        self.model = onnx.load(str(path))
+        g = self.model.graph
+        try:
+            typed = onnx.shape_inference.infer_shapes(self.model)
+        except Exception:  # noqa: BLE001 — types of the graph's own outputs and inputs are enough then
+            typed = self.model
+        self.types: dict[str, Any] = {v.name: v.type for v in list(typed.graph.value_info) + list(g.input) + list(g.output)}
+        self.inits = {i.name for i in g.initializer}
+        self.inputs = [i.name for i in g.input if i.name not in self.inits]
+        self.nodes = list(g.node)
+        self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
+        self.consumers: dict[str, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for t in n.input:
+                self.consumers.setdefault(t, []).append(i)
+        for o in g.output:
+            self.consumers.setdefault(o.name, []).append(len(self.nodes))
+
+    def floats(self, i: int) -> list[str]:
+        """Node ``i``'s float outputs of a known type (what can be compared)."""
+        return [o for o in self.nodes[i].output if o and o in self.types
+                and self.types[o].HasField("tensor_type") and self.types[o].tensor_type.elem_type in _FLOATS]
+
+    def cut_points(self) -> list[int]:
+        return [i for i in range(len(self.nodes)) if self.floats(i)]
+
+    def frontier(self, k: int) -> list[str]:
+        """Float tensors made by nodes ``<= k`` that a later node (or the graph's output) reads."""
+        return [o for i in range(k + 1) for o in self.floats(i) if any(c > k for c in self.consumers.get(o, ()))]
+
+    def depends_on_input(self, name: str) -> bool:
+        seen, todo = set(), [name]
+        while todo:
+            t = todo.pop()
+            if t in self.inputs:
+                return True
+            if t in seen or t not in self.producer:
+                continue
+            seen.add(t)
+            n = self.nodes[self.producer[t]]
+            todo += [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
+        return False
+
+    def cut(self, outputs: list[str], path: Path) -> Path:
+        """The graph up to ``outputs`` (the nodes they need, the initializers those read) saved at ``path``."""
+        import onnx
+        from onnx import helper
+
+        need, keep, todo = set(), set(), list(outputs)
+        while todo:
+            t = todo.pop()
+            if t in need:
+                continue
+            need.add(t)
+            if t in self.producer:
+                i = self.producer[t]
+                if i not in keep:
+                    keep.add(i)
+                    n = self.nodes[i]
+                    todo += [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
+        g = self.model.graph
+        graph = helper.make_graph(
+            [self.nodes[i] for i in sorted(keep)], g.name or "cut",
+            [i for i in g.input if i.name not in self.inits],  # every input stays: feeds are the model's
+            [helper.make_value_info(o, self.types[o]) for o in outputs],
+            [t for t in g.initializer if t.name in need])
+        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(m, str(path))
+        return path
+
+    def node_alone(self, i: int, values: dict[str, np.ndarray], path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+        """Node ``i`` by itself: inputs that do not depend on the model's inputs (and are the same for every
+        batch) become initializers; the others graph inputs fed with ``values`` (the reference's, stacked
+        over batches). Returns the file and its feeds."""
+        import onnx
+        from onnx import helper, numpy_helper
+
+        n = self.nodes[i]
+        g = self.model.graph
+        inits = {t.name: t for t in g.initializer}
+        fed, consts, feeds = [], [], {}
+        for x in dict.fromkeys(t for t in list(n.input) + [t for a in n.attribute if a.type == a.GRAPH for t in _outer(a.g)] if t):
+            if x in inits:
+                consts.append(inits[x])
+            elif x in values and (self.depends_on_input(x) or not _same_per_batch(values[x])):
+                fed.append(helper.make_value_info(x, self.types[x]) if x in self.types else
+                           helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(values[x].dtype), None))
+                feeds[x] = values[x]
+            elif x in values:
+                consts.append(numpy_helper.from_array(np.asarray(values[x][0]), x))
+            else:
+                raise KeyError(x)
+        outs = [helper.make_value_info(o, self.types[o]) for o in self.floats(i)]
+        graph = helper.make_graph([n], "reproducer", fed, outs, consts)
+        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        onnx.save(m, str(path))
+        return path, feeds
+
+    def describe(self, i: int) -> dict:
+        n = self.nodes[i]
+        return {"index": i, "node": n.name or None, "op_type": n.op_type, "outputs": self.floats(i)}
+
+
+def _outer(g) -> list[str]:
+    """Names a subgraph reads from the scope around it."""
+    made = {o for n in g.node for o in n.output} | {i.name for i in g.input} | {t.name for t in g.initializer}
+    out = []
+    for n in g.node:
+        out += [x for x in n.input if x and x not in made]
+        out += [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g) if x not in made]
+    return out
+
+
+def _same_per_batch(a: Any) -> bool:
+    if isinstance(a, list):
+        return all(np.array_equal(a[0], x) for x in a[1:])
+    return bool(a.shape[0] <= 1 or all(np.array_equal(a[0], a[j]) for j in range(1, a.shape[0])))
