@@ -180,3 +180,18 @@ def test_check_localize_puts_the_node_in_every_report(tmp_path):
     assert "Where it diverges" in page and "<svg" in page.split("Where it diverges")[1]
     nd = json.loads((out / "mobile_tflite-fp32" / "node_data.json").read_text())
     assert nd["results"]["s"]["value"] > 1 > nd["results"]["c2"]["value"]  # Model Explorer: softmax red, conv2 green
+
+
+def test_ort_web_node_placement_names_the_nodes_of_a_partial_fallback():
+    """ONNX Runtime's verbose placement log (session_state.cc), as the page's console gives it: with more
+    than one provider, each provider's line is followed by its nodes."""
+    from portability.runtimes.ort_web import _placed_nodes, _placement
+
+    log = ["[V:onnxruntime:, session_state.cc:1581 VerifyEachNodeIsAssignedToAnEp] Node placements",
+           "[V:onnxruntime:, session_state.cc:1584 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed on [JsExecutionProvider]. Number of nodes: 2",
+           "[V:onnxruntime:, session_state.cc:1586 VerifyEachNodeIsAssignedToAnEp]   Conv (conv1)",
+           "[V:onnxruntime:, session_state.cc:1586 VerifyEachNodeIsAssignedToAnEp]   Relu (relu1)",
+           "[V:onnxruntime:, session_state.cc:1584 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed on [CPUExecutionProvider]. Number of nodes: 1",
+           "[V:onnxruntime:, session_state.cc:1586 VerifyEachNodeIsAssignedToAnEp]   Einsum (mix/einsum)"]
+    assert _placement(log) == {"JsExecutionProvider": 2, "CPUExecutionProvider": 1}
+    assert _placed_nodes(log) == {"JsExecutionProvider": ["conv1", "relu1"], "CPUExecutionProvider": ["mix/einsum"]}
