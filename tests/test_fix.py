@@ -69,3 +69,22 @@ def test_onnx2tf_options_outside_the_list_are_refused(tmp_path):
                    str(tmp_path / "portability.toml"), expect_rc=1)
     t = by_id(r)["mobile/tflite-fp32"]
     assert t["status"] == "convert-error" and "onnx2tf option -o is not one a check may add" in t["error"]
+
+
+def test_the_alternatives_follow_the_route_and_the_model():
+    """Which alternatives apply: onnx2tf's only on an onnx2tf route, -rtpo with the model's own ops, -dgc only
+    for a model with convolutions, ONNX Runtime's levels for its runtimes, ONNX for a route that avoids it,
+    the engine's other backends last."""
+    from portability.engine.fix import alternatives
+
+    tfl = [a.name.split(" (")[0] for a in alternatives(["OnnxFromOnnx", "SavedModelFromOnnx", "TfliteFromSavedModel"],
+                                                       "portability.runtimes.litert:LiteRt", {"MatMul", "Erf"}, ["x"], "mobile/tflite-fp32")]
+    assert tfl == ["onnx2tf -rtpo Erf", "onnx2tf -nuo", "onnx2tf -ebu", "onnx2tf -kat", "onnx2tf -ofgd", "onnx2tf -agj"]
+    web = alternatives(["OnnxFromOnnx"], "portability.runtimes.ort_web:OrtWeb", {"Conv"}, ["x"], "web/ort-webgpu",
+                       siblings=("web/ort-wasm",))
+    assert [a.settings for a in web] == [{"runtime_options": {"web/ort-webgpu": {"graph_optimization": "basic"}}},
+                                         {"runtime_options": {"web/ort-webgpu": {"graph_optimization": "disabled"}}},
+                                         {"target": "web/ort-wasm"}]
+    keras = alternatives(["KerasFromKeras", "SavedModelFromKeras", "TfliteFromSavedModel"], "portability.runtimes.litert:LiteRt",
+                         set(), [], "mobile/tflite-fp32", source="keras")
+    assert [a.settings for a in keras] == [{"via": "onnx"}]

@@ -15,8 +15,12 @@ The alternatives (``ALTERNATIVES``):
   MatMul); ``-kat INPUTS`` keeps the inputs' shapes as given (no channel-last transpose); ``-ofgd`` the GPU
   delegate's op choices; and, for a drift only, ``-agj``: onnx2tf's own search for parameter replacements
   that restore accuracy (slow).
-- **ONNX Runtime on the server**: graph optimizations ``basic``, then ``disabled`` (an optimizer pass at
-  fault).
+- **ONNX Runtime** (on the server and in the browser): graph optimizations ``basic``, then ``disabled`` (an
+  optimizer pass at fault).
+- **Another route** of the converter graph: for a source that is not ONNX and a route that avoids ONNX, the
+  route through ONNX (``via = "onnx"``).
+- **Another backend of the same engine** (last: it is another target, and said so): the other targets of the
+  same runtime and variant (``web/ort-wasm`` for a drifting ``web/ort-webgpu``).
 
 A passing alternative is reported as the settings-file table that selects it (``converter_options`` /
 ``runtime_options``, also keyword arguments of ``portability.check``) and, for onnx2tf, the command line
@@ -58,10 +62,14 @@ def _onnx2tf(name: str, args: list[str], drift_only: bool = False) -> Alternativ
                        "onnx2tf -i model.onnx -o saved_model -osd " + " ".join(args), drift_only)
 
 
-def alternatives(steps: list[str], runtime: str, ops: set[str], inputs: list[str], target: str) -> list[Alternative]:
+def alternatives(steps: list[str], runtime: str, ops: set[str], inputs: list[str], target: str,
+                 source: str = "onnx", siblings: tuple[str, ...] = ()) -> list[Alternative]:
     """The alternatives that apply to a target whose chain has converters ``steps`` (class names) and whose
-    runtime is ``runtime`` (``module:Class``), for a model with op types ``ops`` (empty: unknown)."""
+    runtime is ``runtime`` (``module:Class``), for a model with op types ``ops`` (empty: unknown) of format
+    ``source``; ``siblings``: the other targets of the same runtime and variant (its engine's other backends)."""
     out: list[Alternative] = []
+    if source != "onnx" and "onnx" not in " ".join(steps).lower():
+        out.append(Alternative("the route through ONNX (--via onnx)", {"via": "onnx"}, 'via = "onnx"'))
     if ONNX2TF in steps:
         pseudo = [o for o in PSEUDO_OPS if not ops or o in ops]
         if pseudo:
@@ -75,12 +83,22 @@ def alternatives(steps: list[str], runtime: str, ops: set[str], inputs: list[str
             out.append(_onnx2tf("onnx2tf -kat (input shapes kept as given)", ["-kat", *inputs]))
         out.append(_onnx2tf("onnx2tf -ofgd (the GPU delegate's op choices)", ["-ofgd"]))
         out.append(_onnx2tf("onnx2tf -agj (its own search for parameter replacements)", ["-agj"], drift_only=True))
-    if runtime == "portability.runtimes.ort:OrtCpu":
+    if runtime in ("portability.runtimes.ort:OrtCpu", "portability.runtimes.ort_web:OrtWeb"):
         for level in ("basic", "disabled"):
             out.append(Alternative(f"ONNX Runtime graph optimizations {level}",
                                    {"runtime_options": {target: {"graph_optimization": level}}},
                                    f'runtime_options."{target}".graph_optimization = "{level}"'))
+    for other in siblings:  # another backend of the same engine: a different target, said as such
+        out.append(Alternative(f"another backend of the same engine: {other}", {"target": other}, f'targets = "{other}"'))
     return out
+
+
+def _siblings(t, reference: str) -> tuple[str, ...]:
+    """The other targets of ``t``'s runtime and variant (not the reference): its engine's other backends."""
+    from portability.targets import registry
+
+    return tuple(i for i, x in registry().items() if i not in (t.id, reference) and x.runtime == t.runtime
+                 and x.variant == t.variant and x.gating)
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -120,10 +138,12 @@ def search(model_path: Path, target: str, opts, say: Callable[[str], None] = lam
     own = session or Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),))
     try:
         def status_under(extra: dict) -> tuple[str, str | None]:
-            o = dataclasses.replace(base, converter_options=_merge(base.converter_options, extra.get("converter_options", {})),
+            tid = extra.get("target", target)
+            o = dataclasses.replace(base, targets=tid, via=extra.get("via", base.via),
+                                    converter_options=_merge(base.converter_options, extra.get("converter_options", {})),
                                     runtime_options=_merge(base.runtime_options, extra.get("runtime_options", {})))
             r = run_check(Path(model_path), o, model=info, session=own)
-            res = next(x for x in r.targets if x.id == target)
+            res = next(x for x in r.targets if x.id == tid)
             return res.status, res.error
 
         if status is None:
@@ -134,7 +154,7 @@ def search(model_path: Path, target: str, opts, say: Callable[[str], None] = lam
             doc["why"] = f"nothing to fix: the target's status is {status}"
             return doc
         steps = [p.rsplit(":", 1)[-1] for p, _ in t.converters]
-        for alt in alternatives(steps, t.runtime, ops, inputs, target):
+        for alt in alternatives(steps, t.runtime, ops, inputs, target, info.format, _siblings(t, targets[0].id)):
             if alt.drift_only and status != "drift":
                 continue
             say(f"{target} with {alt.name}")
