@@ -1,9 +1,17 @@
-"""DynInt8FromOnnx: the ONNX model with ONNX Runtime's dynamic int8 quantization, as ``server/ort-int8`` runs it.
+"""Quantized and half-precision ONNX, as ONNX Runtime ships them: what ``server/ort-int8``, ``server/ort-qdq``,
+``server/ort-fp16`` and their browser twins run.
 
-``onnxruntime.quantization.quantize_dynamic`` with its defaults (int8 weights of the ops it quantizes —
-MatMul, Gemm, Conv, Gather, LSTM, Attention… — activations quantized on the fly per inference): what a
-server or a browser deployment of an int8 ONNX model ships. The graph's tensor names stay: a quantized
-op's output keeps the name of the float op's output. ``meta["quantized_ops"]`` counts the integer ops made.
+- ``DynInt8FromOnnx``: ``onnxruntime.quantization.quantize_dynamic`` with its defaults (int8 weights of the
+  ops it quantizes — MatMul, Gemm, Conv, Gather, LSTM, Attention… — activations quantized on the fly per
+  inference).
+- ``QdqInt8FromOnnx``: ``quantize_static`` in the QDQ format (QuantizeLinear/DequantizeLinear pairs around
+  each quantized op; int8 weights and activations), calibrated (MinMax) on the check's inputs.
+- ``Fp16FromOnnx``: ``onnxruntime.transformers.float16.convert_float_to_float16`` with float32 inputs and
+  outputs kept (the cast at the edges), what the fp16 ONNX variants for WebGPU ship.
+
+The graph's tensor names stay: a quantized op's output keeps the name of the float op's output.
+``meta["quantized_ops"]`` counts the integer ops made; ``meta["output_quant"]`` gives, for an output that a
+DequantizeLinear produces, its quantization scale (the drift is then also given in quantization steps).
 """
 from __future__ import annotations
 
@@ -12,12 +20,52 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from portability.converters.base import ConvertContext, Converter, package_version
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
 
 _INTEGER_OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM",
-                "QAttention", "QGemm", "DequantizeLinear")
+                "QAttention", "QGemm", "QuantizeLinear", "DequantizeLinear")
+_CAL_MAX_SAMPLES = 64
+
+
+def _plain_copy(src: Path, work: Path):
+    """The model without its value_info hints (the quantizers re-infer shapes, and an exporter's stale hint
+    then contradicts them; the hints are not part of the computation), saved to ``work``."""
+    import onnx
+
+    model = onnx.load(str(src))
+    del model.graph.value_info[:]
+    onnx.save(model, str(work))
+    return model
+
+
+def _failed(what: str, e: Exception) -> ConvertError:
+    msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return ConvertError(f"ONNX Runtime's {what} failed: {msg[:400]}")
+
+
+def _described(out: Path, meta: dict) -> Artifact:
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(out), load_external_data=False)
+    ops = Counter(n.op_type for n in model.graph.node)
+    meta["quantized_ops"] = {k: v for k, v in sorted(ops.items()) if k in _INTEGER_OPS}
+    inits = {t.name: t for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    scales = {}
+    for o in model.graph.output:
+        n = producer.get(o.name)
+        if n is not None and n.op_type == "DequantizeLinear" and n.input[1] in inits:
+            s = numpy_helper.to_array(inits[n.input[1]])
+            if s.size == 1:
+                scales[o.name] = {"scale": float(s.reshape(-1)[0])}
+    if scales:
+        meta["output_quant"] = scales
+    return Artifact(path=out, format="onnx", sha256="", meta=meta)
 
 
 class DynInt8FromOnnx(Converter):
@@ -30,23 +78,82 @@ class DynInt8FromOnnx(Converter):
         return "1+onnxruntime" + package_version("onnxruntime")
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         out = out_dir / "model.onnx"
         with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
             work = Path(tmp) / "model.onnx"
-            model = onnx.load(str(src.path))
-            # the quantizer re-infers shapes after transposing Gemm weights: a stale hint in value_info (an
-            # exporter's) then contradicts it; the hints are not part of the computation
-            del model.graph.value_info[:]
-            onnx.save(model, str(work))
+            _plain_copy(src.path, work)
             try:
                 quantize_dynamic(work, out, weight_type=QuantType.QInt8)
             except Exception as e:  # noqa: BLE001 — the quantizer's own message, in one line
-                msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise ConvertError(f"ONNX Runtime's dynamic quantization failed: {msg[:400]}") from None
-        ops = Counter(n.op_type for n in onnx.load(str(out), load_external_data=False).graph.node)
-        made = {k: v for k, v in sorted(ops.items()) if k in _INTEGER_OPS}
-        return Artifact(path=out, format="onnx", sha256="", meta={"quantization": "dynamic int8 (onnxruntime.quantization)",
-                                                                   "quantized_ops": made})
+                raise _failed("dynamic quantization", e) from None
+        return _described(out, {"quantization": "dynamic int8 (onnxruntime.quantization)"})
+
+
+class QdqInt8FromOnnx(Converter):
+    output_format = "onnx"
+    variants = {"quant": ("qdq",)}
+    cost = 2
+    uses = ("onnxruntime",)
+    uses_calibration = True
+
+    def version(self) -> str:
+        return "1+onnxruntime" + package_version("onnxruntime")
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+        cal, source = ctx.calibration, ctx.calibration_source or "given"
+        if not cal:
+            sig = (ctx.signature or {}).get("inputs") or []
+            rng = np.random.default_rng(0)
+            cal = {t["name"]: rng.random([8] + [d if isinstance(d, int) and d > 0 else 1 for d in t["shape"][1:]]).astype(t["dtype"])
+                   for t in sig}
+            source = "synthesized by the converter (uniform [0, 1) noise, seed 0)"
+        n = min([len(a) for a in cal.values()] + [_CAL_MAX_SAMPLES])
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self._it = iter([{k: np.asarray(v[i:i + 1]) for k, v in cal.items()} for i in range(n)])
+
+            def get_next(self):
+                return next(self._it, None)
+
+        out = out_dir / "model.onnx"
+        with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
+            work = Path(tmp) / "model.onnx"
+            _plain_copy(src.path, work)
+            try:
+                quantize_static(work, out, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                                weight_type=QuantType.QInt8,
+                                extra_options={"CalibTensorRangeSymmetric": False, "ActivationSymmetric": False})
+            except Exception as e:  # noqa: BLE001
+                raise _failed("static QDQ quantization", e) from None
+        return _described(out, {"quantization": "static int8, QDQ format (onnxruntime.quantization, MinMax)",
+                                "calibration": f"{source} ({n} samples)"})
+
+
+class Fp16FromOnnx(Converter):
+    output_format = "onnx"
+    variants = {"quant": ("fp16",)}
+    cost = 2
+    uses = ("onnxruntime",)
+
+    def version(self) -> str:
+        return "1+onnxruntime" + package_version("onnxruntime")
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        out = out_dir / "model.onnx"
+        with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
+            model = _plain_copy(src.path, Path(tmp) / "model.onnx")
+            try:
+                half = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
+            except Exception as e:  # noqa: BLE001
+                raise _failed("float16 conversion", e) from None
+        onnx.save(half, str(out))
+        return _described(out, {"quantization": "float16 weights and activations, float32 inputs and outputs "
+                                                "(onnxruntime.transformers.float16)"})

@@ -16,6 +16,8 @@ CONVERTERS = (
     "portability.converters.onnx2tf:SavedModelFromOnnx",
     "portability.converters.ort_format:OrtFromOnnx",
     "portability.converters.ort_quant:DynInt8FromOnnx",
+    "portability.converters.ort_quant:QdqInt8FromOnnx",
+    "portability.converters.ort_quant:Fp16FromOnnx",
     # TensorFlow's own converters (from onnx2tf's or a framework's SavedModel)
     "portability.converters.onnx2tf:TfliteFromSavedModel",
     "portability.converters.onnx2tf:Int8TfliteFromSavedModel",

@@ -90,6 +90,9 @@ class OrtCpu(Runtime):
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         return time_calls(self.session.run, (self._out_names, feeds), warmup, runs)
 
+    def output_quant(self) -> dict[str, dict] | None:
+        return self.meta.get("output_quant")  # a QDQ model's outputs: the scale of their DequantizeLinear
+
     def close(self) -> None:
         self.session = None
 

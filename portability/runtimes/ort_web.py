@@ -80,6 +80,7 @@ class OrtWeb(WebRuntime):
         return options.get("ep", "wasm") == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
+        self._output_quant = artifact.meta.get("output_quant")  # a QDQ model's outputs: their scales
         return {"bundle": self.bundle, "ep": self.ep, "threads": self.threads,
                 "graphOptimization": self.options.get("graph_optimization", "all"),
                 "warmModel": self._server.put_blob("warm.onnx", _warm_model())}
@@ -93,6 +94,9 @@ class OrtWeb(WebRuntime):
         lines = [t for _, t in self._browser.console]
         self.placement = _placement(lines)
         self.placement_nodes = _placed_nodes(lines)
+
+    def output_quant(self) -> dict[str, dict] | None:
+        return getattr(self, "_output_quant", None)
 
     def describe(self) -> str:
         return f"onnxruntime-web {self._info.get('version') or '?'} ({self.bundle}, {self.ep})"
@@ -127,6 +131,9 @@ class OrtWeb(WebRuntime):
                      r"WebGL is not supported|cannot create WebGL", message, re.I):
             return Unavailable(f"{self.ep} is not usable in this Chromium: {message}",
                                "a GPU or a software adapter (SwiftShader) for the browser")
+        if re.search(r"requires f16 but the device does not support it", message):  # the adapter, not the model
+            return Unavailable(f"this browser's WebGPU adapter has no float16 shaders (shader-f16): {message}",
+                               "a GPU whose WebGPU adapter offers shader-f16 (SwiftShader does not)")
         op, node = op_from_message(message)
         return cls(message, op=op, node=node)
 

@@ -1,6 +1,6 @@
 """Server targets: ONNX Runtime and the ONNX reference evaluator (on the ONNX model), TensorFlow on a
 SavedModel, Keras 3 and eager PyTorch (the references of Keras and torch.export sources)."""
-from portability.metrics.thresholds import DYNINT8
+from portability.metrics.thresholds import DYNINT8, FP16, INT8
 from portability.targets.base import Target
 
 
@@ -31,6 +31,24 @@ TARGETS = [
         gating=False,  # an int8 deployment is a choice: reported, failing the run only with --gate server/ort-int8
         description="ONNX Runtime, CPU, on the model with ONNX Runtime's dynamic int8 quantization "
         "(int8 weights, activations quantized per inference): an int8 ONNX deployment (a cross-check)",
+    ),
+    Target(
+        id="server/ort-qdq",
+        runtime="portability.runtimes.ort:OrtCpu",
+        variant={"quant": "qdq"},
+        thresholds=INT8,
+        gating=False,
+        description="ONNX Runtime, CPU, on the model with ONNX Runtime's static int8 quantization in the QDQ format, "
+        "calibrated on the check's inputs (int8 weights and activations; a cross-check)",
+    ),
+    Target(
+        id="server/ort-fp16",
+        runtime="portability.runtimes.ort:OrtCpu",
+        variant={"quant": "fp16"},
+        thresholds=FP16,
+        gating=False,
+        description="ONNX Runtime, CPU, on the model converted to float16 (float32 inputs and outputs kept; "
+        "a cross-check)",
     ),
     Target(
         id="server/onnx-reference",

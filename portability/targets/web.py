@@ -6,7 +6,7 @@ the single-file ONNX snapshot and TF.js / LiteRT.js run what onnx2tf makes of it
 graph model; fp32 ``.tflite``); from Keras or a SavedModel, TensorFlow's own converters make them.
 """
 
-from portability.metrics.thresholds import DYNINT8
+from portability.metrics.thresholds import DYNINT8, FP16, INT8
 from portability.targets.base import Target
 
 ORT_WEB = "portability.runtimes.ort_web:OrtWeb"
@@ -32,6 +32,17 @@ TARGETS = [
            thresholds=DYNINT8, gating=False,  # an int8 deployment is a choice: a cross-check unless --gate
            description="onnxruntime-web, wasm, on ONNX Runtime's dynamic int8 quantization of the model "
            "(what a q8 web deployment ships; a cross-check)"),
+    Target(id="web/ort-wasm-qdq", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "qdq"},
+           thresholds=INT8, gating=False,
+           description="onnxruntime-web, wasm, on ONNX Runtime's static int8 QDQ quantization of the model, "
+           "calibrated on the check's inputs (a cross-check)"),
+    Target(id="web/ort-wasm-fp16", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "fp16"},
+           thresholds=FP16, gating=False,
+           description="onnxruntime-web, wasm, on the float16 model (half the download; a cross-check)"),
+    Target(id="web/ort-webgpu-fp16", runtime=ORT_WEB, options={"ep": "webgpu"}, variant={"quant": "fp16"},
+           thresholds=FP16, gating=False,
+           description="onnxruntime-web, WebGPU, on the float16 model (what an fp16 WebGPU deployment ships; "
+           "SwiftShader without a GPU; a cross-check)"),
     _tfjs("cpu", "TensorFlow.js 4.22 graph model, plain-JS cpu backend"),
     _tfjs("wasm", "TensorFlow.js graph model, wasm backend (1 thread)"),
     _tfjs("webgl", "TensorFlow.js graph model, WebGL backend"),
