@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""server/ort-cpu latency as `portability check` reports it, against a bare onnxruntime loop on the same
-model and inputs, in one run. Rounds alternate the two so machine noise hits both alike.
+"""server/ort-cpu (or server/openvino) latency as `portability check` reports it, against a bare onnxruntime
+(or OpenVINO) loop on the same model and inputs, in one run. Rounds alternate the two so machine noise hits
+both alike.
 
-    python bench/bench_server.py [MODEL ...] [--rounds 5] [--runs 300]
+    python bench/bench_server.py [MODEL ...] [--rounds 5] [--runs 300] [--target server/openvino]
 
 Prints per model the median p50 of each side and their ratio (goal: within 5%).
 """
@@ -22,14 +23,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def portability_p50(model: Path, runs: int, warmup: int) -> float:
+TARGETS = ("server/ort-cpu", "server/openvino")
+
+
+def portability_p50(model: Path, runs: int, warmup: int, target: str) -> float:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
-        subprocess.run([sys.executable, "-m", "portability", "check", str(model), "--targets", "server/ort-cpu",
+        subprocess.run([sys.executable, "-m", "portability", "check", str(model), "--targets", target,
                         "--runs", str(runs), "--warmup", str(warmup), "--samples", "1", "--json", str(out), "-q"],
                        check=True, capture_output=True)
         r = json.loads(out.read_text())
-    return r["targets"][0]["metrics"]["latency_ms"]["p50"]
+    return next(t for t in r["targets"] if t["id"] == target)["metrics"]["latency_ms"]["p50"]
 
 
 def feeds_file(model: Path, folder: Path) -> Path:
@@ -44,30 +48,43 @@ def feeds_file(model: Path, folder: Path) -> Path:
     return path
 
 
-def bare_p50(model: Path, feeds_npz: Path, runs: int, warmup: int) -> float:
+def _openvino_call(model: Path, feeds: dict):
+    """What a user would write for OpenVINO: read, compile for the CPU in float32, one infer request."""
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(model), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    req = compiled.create_infer_request()
+    return lambda: req.infer(feeds)
+
+
+def bare_p50(model: Path, feeds_npz: Path, runs: int, warmup: int, target: str = "server/ort-cpu") -> float:
     """What a user would write: a default session, run in a loop (a process that imports numpy and
     onnxruntime only, as lean as the check's worker)."""
-    import onnxruntime as ort
-
     with np.load(feeds_npz, allow_pickle=False) as z:
         feeds = {k: z[k] for k in z.files}
-    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]  # asked once, as the check's runtime does
+    if target == "server/openvino":
+        call = _openvino_call(model, feeds)
+    else:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]  # asked once, as the check's runtime does
+        call = lambda: sess.run(names, feeds)  # noqa: E731
     for _ in range(warmup):
-        sess.run(names, feeds)
+        call()
     ms = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        sess.run(names, feeds)
+        call()
         ms.append((time.perf_counter() - t0) * 1e3)
     return float(np.percentile(ms, 50))
 
 
-def bare_in_subprocess(model: Path, feeds_npz: Path, runs: int, warmup: int) -> float:
+def bare_in_subprocess(model: Path, feeds_npz: Path, runs: int, warmup: int, target: str) -> float:
     """The bare loop in a fresh process, as portability's worker is (a long-lived process that has
     imported and allocated more times the same loop differently)."""
     p = subprocess.run([sys.executable, __file__, "--bare", str(model), "--feeds", str(feeds_npz), "--runs", str(runs),
-                        "--warmup", str(warmup)], check=True, capture_output=True, text=True)
+                        "--warmup", str(warmup), "--target", target], check=True, capture_output=True, text=True)
     return float(p.stdout.strip().splitlines()[-1])
 
 
@@ -79,18 +96,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--target", choices=TARGETS, default="server/ort-cpu")
     a = ap.parse_args()
     if a.bare:
-        print(bare_p50(a.bare, a.feeds, a.runs, a.warmup))
+        print(bare_p50(a.bare, a.feeds, a.runs, a.warmup, a.target))
         return
-    print(f"{'model':<22} {'portability p50 ms':>19} {'bare ORT p50 ms':>16} {'ratio':>7}")
+    print(f"{a.target}: {'model':<22} {'portability p50 ms':>19} {'bare p50 ms':>16} {'ratio':>7}")
     with tempfile.TemporaryDirectory() as d:
         for model in a.models:
             feeds = feeds_file(model, Path(d))
             ours, bare = [], []
             for _ in range(a.rounds):
-                ours.append(portability_p50(model, a.runs, a.warmup))
-                bare.append(bare_in_subprocess(model, feeds, a.runs, a.warmup))
+                ours.append(portability_p50(model, a.runs, a.warmup, a.target))
+                bare.append(bare_in_subprocess(model, feeds, a.runs, a.warmup, a.target))
             o, b = statistics.median(ours), statistics.median(bare)
             print(f"{model.name:<22} {o:>19.4f} {b:>16.4f} {o / b:>7.3f}   rounds: "
                   + " ".join(f"{x:.4f}" for x in ours) + " | " + " ".join(f"{x:.4f}" for x in bare), flush=True)

@@ -59,6 +59,21 @@ def test_a_source_in_the_runtimes_format_runs_as_given_for_the_default_variant_o
             plan("tflite", REG[tid])
 
 
+def test_a_runtime_that_reads_several_formats_takes_the_nearest_and_never_a_quantizer_unasked():
+    """OpenVINO reads ONNX and .tflite itself: a source in either runs as given, others take the shortest
+    route to one of them; a target that names no variant is never reached through a quantizer (the int8
+    .tflite, the dynamic int8 ONNX) — those make only the variants their targets ask for."""
+    assert names("server/openvino", "onnx") == ["OnnxFromOnnx"]
+    assert names("server/openvino", "tflite") == ["TfliteFromTflite"]
+    assert names("server/openvino", "torch") == ["TorchFromTorch", "OnnxFromTorch"]
+    assert names("server/openvino", "keras") in (["KerasFromKeras", "SavedModelFromKeras", "OnnxFromSavedModel"],
+                                                 ["KerasFromKeras", "SavedModelFromKeras", "TfliteFromSavedModel{'quant': 'fp32'}"])
+    assert names("server/ort-qdq", "onnx") == ["OnnxFromOnnx", "QdqInt8FromOnnx"]
+    assert names("server/ort-fp16", "torch") == ["TorchFromTorch", "OnnxFromTorch", "Fp16FromOnnx"]
+    with pytest.raises(NoRoute, match="no converter route from tflite to onnx|tflite"):
+        plan("tflite", REG["server/ort-int8"])
+
+
 def test_for_check_puts_the_sources_reference_first_and_leaves_out_other_sources_runtimes():
     targets, no_route, records = for_check("onnx", "server")
     ids = [t.id for t in targets]

@@ -76,12 +76,21 @@ def runtime_format(target: Target) -> str:
     return load_class(target.runtime).input_format
 
 
+def runtime_formats(target: Target) -> tuple[str, ...]:
+    """Every format the target's runtime reads (its ``input_format`` first)."""
+    cls = load_class(target.runtime)
+    return tuple(dict.fromkeys((cls.input_format, *cls.input_formats)))
+
+
 def _makes(edge: Edge, variant: dict[str, str]) -> dict[str, str] | None:
     """The options that make ``variant`` with ``edge`` (its last step), or None when it cannot. A
-    converter that makes one value only (``Int8TfliteFromSavedModel``) takes no option for it."""
-    if all(v in edge.variants.get(k, ()) for k, v in variant.items()):
-        return {k: v for k, v in variant.items() if len(edge.variants[k]) > 1}
-    return None
+    converter that makes one value only (``Int8TfliteFromSavedModel``) takes no option for it. A target
+    that names no variant wants the variant a source as given counts as (``AS_GIVEN``): a converter that
+    makes only others (an int8 quantizer) is not its last step."""
+    for k, v in {**AS_GIVEN, **variant}.items():
+        if v not in edge.variants.get(k, (AS_GIVEN.get(k),)):
+            return None
+    return {k: v for k, v in variant.items() if len(edge.variants.get(k, ())) > 1}
 
 
 def plan(source_format: str, target: Target, via: str | None = None) -> Plan:
@@ -89,7 +98,7 @@ def plan(source_format: str, target: Target, via: str | None = None) -> Plan:
     snap = next((e for e in edges() if e.snapshot and e.src == source_format), None)
     if snap is None:
         raise NoRoute(f"no converter reads {source_format} sources")
-    want = runtime_format(target)
+    wants = runtime_formats(target)
     best: tuple | None = None
 
     def walk(fmt: str, taken: list[Edge], passed: bool) -> None:
@@ -101,18 +110,18 @@ def plan(source_format: str, target: Target, via: str | None = None) -> Plan:
                 continue
             now = taken + [e]
             ok = passed or via in (e.dst, e.name)
-            opts = _makes(e, target.variant) if e.dst == want else None
+            opts = _makes(e, target.variant) if e.dst in wants else None
             if opts is not None and ok:
                 key = (len(now), sum(x.cost for x in now), tuple(x.name for x in now))
                 if best is None or key < best[0]:
                     best = (key, now, opts)
             walk(e.dst, now, ok)
 
-    if want == source_format and not via and all(AS_GIVEN.get(k) == v for k, v in target.variant.items()):
+    if source_format in wants and not via and all(AS_GIVEN.get(k) == v for k, v in target.variant.items()):
         return Plan(((snap.path, {}),), (source_format,))
     walk(source_format, [], via in (None, source_format))
     if best is None:
-        what = f"{want}" + (f" ({', '.join(f'{k} {v}' for k, v in target.variant.items())})" if target.variant else "")
+        what = "|".join(wants) + (f" ({', '.join(f'{k} {v}' for k, v in target.variant.items())})" if target.variant else "")
         raise NoRoute(f"no converter route from {source_format} to {what}" + (f" via {via}" if via else ""))
     _, chain, opts = best
     steps = [(snap.path, {})] + [(e.path, {}) for e in chain[:-1]] + [(chain[-1].path, opts)]
@@ -146,7 +155,7 @@ def plan_targets(source_format: str, targets: list[Target], via: str | None = No
     return planned, no_route, records
 
 
-__all__ = ["Plan", "NoRoute", "plan", "plan_targets", "with_options", "edges", "formats", "check_via", "runtime_format", "AS_GIVEN"]
+__all__ = ["Plan", "NoRoute", "plan", "plan_targets", "with_options", "edges", "formats", "check_via", "runtime_format", "runtime_formats", "AS_GIVEN"]
 
 
 def _source_only(fmt: str) -> bool:
@@ -167,6 +176,6 @@ def for_check(source_format: str, spec: str, via: str | None = None, reg: dict |
     named = {p.strip() for p in spec.split(",") if "/" in p}
     targets = expand(spec, reg or registry(), reference=reference(source_format))
     planned, no_route, records = plan_targets(source_format, targets, via)
-    keep = [t for t in planned if t.id in named or t.id not in no_route or not _source_only(runtime_format(t))]
+    keep = [t for t in planned if t.id in named or t.id not in no_route or not all(_source_only(f) for f in runtime_formats(t))]
     no_route = {k: v for k, v in no_route.items() if k in {t.id for t in keep}}
     return with_options(keep, *overrides), no_route, (records if source_format != "onnx" or via else {})

@@ -11,6 +11,8 @@ DEFAULTS: dict[str, float | None] = default_thresholds()
 #: they are judged on whether they still predict the same (cosine, top-1 agreement, accuracy with
 #: --dataset); their max_abs is reported, for int8 also in quantization steps of each output.
 FP16 = {"max_abs": 1e-2, "cosine": 0.999, "top1_agreement": 0.99}
+#: bfloat16 keeps float32's range with 8 significant bits: an absolute bound would only measure the outputs' size
+BF16 = {"max_abs": None, "cosine": 0.999, "top1_agreement": 0.99}
 DYNINT8 = {"max_abs": None, "cosine": 0.999, "top1_agreement": 0.95}
 INT8 = {"max_abs": None, "cosine": 0.99, "top1_agreement": 0.95}
 

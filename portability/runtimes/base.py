@@ -49,6 +49,9 @@ class Facts:
 class Runtime(ABC):
     #: the artifact format it runs ("onnx", "ort", "tflite", "tfjs")
     input_format: ClassVar[str] = "onnx"
+    #: every format it reads, when more than one (OpenVINO: onnx, tflite, saved_model): the planner takes the
+    #: shortest route to any of them (a source in one of them runs as given)
+    input_formats: ClassVar[tuple[str, ...]] = ()
     #: "cpu" | "gpu" | "software" (a GPU API on a software adapter) — may be refined after load
     device: str = "cpu"
     #: it runs under an emulator: its latencies are the emulator's, not a device's

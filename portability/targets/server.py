@@ -1,6 +1,6 @@
 """Server targets: ONNX Runtime and the ONNX reference evaluator (on the ONNX model), TensorFlow on a
 SavedModel, Keras 3 and eager PyTorch (the references of Keras and torch.export sources)."""
-from portability.metrics.thresholds import DYNINT8, FP16, INT8
+from portability.metrics.thresholds import BF16, DYNINT8, FP16, INT8
 from portability.targets.base import Target
 
 
@@ -49,6 +49,21 @@ TARGETS = [
         gating=False,
         description="ONNX Runtime, CPU, on the model converted to float16 (float32 inputs and outputs kept; "
         "a cross-check)",
+    ),
+    Target(
+        id="server/openvino",
+        runtime="portability.runtimes.openvino:OpenVinoCpu",
+        description="OpenVINO 2026.4, CPU, float32 inference precision: reads the ONNX model (or a .tflite source) "
+        "with its own frontend",
+    ),
+    Target(
+        id="server/openvino-default",
+        runtime="portability.runtimes.openvino:OpenVinoCpu",
+        options={"precision": "default"},
+        thresholds=BF16,  # bf16 where the CPU has it; float32 elsewhere (the details say which ran)
+        gating=False,
+        description="OpenVINO, CPU, its default inference precision for this CPU (bfloat16 where the CPU has "
+        "AMX or AVX-512 BF16: what an unconfigured deployment runs; a cross-check)",
     ),
     Target(
         id="server/onnx-reference",
