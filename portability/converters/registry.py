@@ -28,4 +28,5 @@ CONVERTERS = (
     "portability.converters.torch_onnx:OnnxFromTorch",
     "portability.converters.torch_onnx:OnnxFromTorchScript",
     "portability.converters.mxnet_onnx:OnnxFromMxnet",
+    "portability.converters.executorch:PteFromTorch",
 )

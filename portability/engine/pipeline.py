@@ -383,7 +383,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         else:
             results += run.run_all(rest)
         notes = (list(feeds.warnings) + run.quantized_note() + synthesized_failed[:1]
-                 + run.odd_one_out(results, targets))
+                 + run.odd_one_out(results, targets) + verdict.delegate_ab(results, targets))
         matrix = versions.matrix(results, run.outputs, version_info)
         if kept is not None:
             kept.update(inputs=_provenance(feeds, opts), outputs=dict(run.outputs))

@@ -159,8 +159,10 @@ __all__ = ["Plan", "NoRoute", "plan", "plan_targets", "with_options", "edges", "
 
 
 def _source_only(fmt: str) -> bool:
-    """A format only a source can be in (no converter makes it): ``keras``, ``torch``."""
-    return not any(e.dst == fmt and not e.snapshot for e in edges())
+    """A format only a source can be in (no converter makes it: ``keras``, ``torch``), or one that only such a
+    format converts to (ExecuTorch's ``pte``, from ``torch`` alone): its targets belong to those sources."""
+    made = [e for e in edges() if e.dst == fmt and not e.snapshot]
+    return all(e.src != fmt and not any(x.dst == e.src and not x.snapshot for x in edges()) for e in made)
 
 
 def for_check(source_format: str, spec: str, via: str | None = None, reg: dict | None = None,

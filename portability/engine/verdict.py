@@ -70,3 +70,25 @@ def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[s
     if status == Status.DRIFT and worker.caveat:
         notes.append(worker.caveat)
     return Verdict(status, g, tuple(found), tuple(notes))
+
+
+def delegate_ab(results: list, targets: list[Target]) -> list[str]:
+    """The report's note for a delegate A/B that disagrees: targets of one runtime and one program that differ
+    only in their ``delegate`` variant (ExecuTorch's XNNPACK against its portable kernels), where one drifts
+    and the other passes: the drifting side's kernels are at fault, not the conversion they share."""
+    status = {r.id: r.status for r in results}
+    groups: dict[tuple, list[Target]] = {}
+    for t in targets:
+        if "delegate" in t.variant and t.id in status:
+            rest = tuple(sorted((k, v) for k, v in t.variant.items() if k != "delegate"))
+            groups.setdefault((t.runtime, rest), []).append(t)
+    notes = []
+    for group in groups.values():
+        bad = [t for t in group if status[t.id] == Status.DRIFT]
+        good = [t for t in group if status[t.id] == Status.PASS]
+        for b in bad:
+            for g in good:
+                notes.append(f"delegate A/B: {b.id} ({b.variant['delegate']}) drifts where {g.id} "
+                             f"({g.variant['delegate']}) passes on the same program: {b.variant['delegate']}'s "
+                             "kernels are at fault, not the conversion")
+    return notes

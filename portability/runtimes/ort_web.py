@@ -1,6 +1,6 @@
 """OrtWeb: onnxruntime-web in headless Chromium, one execution provider per page.
 
-Options: ``ep`` (wasm | webgl | webgpu), ``threads`` (wasm threads; >1 needs cross-origin isolation,
+Options: ``ep`` (wasm | webgl | webgpu | webnn; ``device_type`` for WebNN: cpu | gpu | npu), ``threads`` (wasm threads; >1 needs cross-origin isolation,
 without it ORT silently runs one thread, reported as a fallback), ``bundle`` (the dist file the page
 imports; each EP has its own and they differ in behaviour, so the one used is named in the report).
 """
@@ -13,9 +13,10 @@ from portability.core.artifact import Artifact
 from portability.core.errors import TargetError, Unavailable
 from portability.runtimes.web import WebRuntime
 
-BUNDLES = {"wasm": "ort.wasm.min.mjs", "webgl": "ort.webgl.min.mjs", "webgpu": "ort.webgpu.min.mjs"}
+BUNDLES = {"wasm": "ort.wasm.min.mjs", "webgl": "ort.webgl.min.mjs", "webgpu": "ort.webgpu.min.mjs", "webnn": "ort.all.min.mjs"}
 #: ORT's provider names (in its node placement log) -> the ep names of onnxruntime-web
-_PROVIDERS = {"CPUExecutionProvider": "wasm", "WebGpuExecutionProvider": "webgpu", "JsExecutionProvider": "webgpu"}
+_PROVIDERS = {"CPUExecutionProvider": "wasm", "WebGpuExecutionProvider": "webgpu", "JsExecutionProvider": "webgpu",
+              "WebNNExecutionProvider": "webnn"}
 
 # ORT-web messages that name the failing op, most specific first
 _OP_PATTERNS = (
@@ -53,7 +54,7 @@ def op_from_message(message: str) -> tuple[str | None, str | None]:
 
 class OrtWeb(WebRuntime):
     engine = "ort"
-    OPTIONS = WebRuntime.OPTIONS | {"ep", "threads", "bundle", "graph_optimization"}
+    OPTIONS = WebRuntime.OPTIONS | {"ep", "threads", "bundle", "graph_optimization", "device_type"}
     packages: ClassVar[dict[str, str]] = {"onnxruntime-web": "dist/ort.wasm.min.mjs"}
     uses = ("onnxruntime-web",)
     placement: dict[str, int] | None = None
@@ -81,7 +82,7 @@ class OrtWeb(WebRuntime):
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         self._output_quant = artifact.meta.get("output_quant")  # a QDQ model's outputs: their scales
-        return {"bundle": self.bundle, "ep": self.ep, "threads": self.threads,
+        return {"bundle": self.bundle, "ep": self.ep, "threads": self.threads, "deviceType": self.options.get("device_type", "cpu"),
                 "graphOptimization": self.options.get("graph_optimization", "all"),
                 "warmModel": self._server.put_blob("warm.onnx", _warm_model())}
 
@@ -131,6 +132,10 @@ class OrtWeb(WebRuntime):
                      r"WebGL is not supported|cannot create WebGL", message, re.I):
             return Unavailable(f"{self.ep} is not usable in this Chromium: {message}",
                                "a GPU or a software adapter (SwiftShader) for the browser")
+        if message.find("WebNN unavailable") >= 0:
+            return Unavailable(f"{message} (tried: navigator.ml with --enable-features=WebMachineLearningNeuralNetwork; "
+                               "Debian's Chromium is built without WebNN's Linux backend, webnn_use_tflite=false)",
+                               "a Chrome or Chromium build with WebNN's TFLite backend")
         if re.search(r"requires f16 but the device does not support it", message):  # the adapter, not the model
             return Unavailable(f"this browser's WebGPU adapter has no float16 shaders (shader-f16): {message}",
                                "a GPU whose WebGPU adapter offers shader-f16 (SwiftShader does not)")

@@ -21,6 +21,14 @@ TARGETS = [
     Target(id="mobile/tflite-int8", runtime=LITERT, variant={"quant": "int8"}, thresholds=INT8,
            description="LiteRT on a fully int8 .tflite (int8 inputs/outputs), calibrated on the check's inputs"),
     Target(id="mobile/ort-mobile", runtime="portability.runtimes.ort_mobile:OrtMobile", description="ONNX Runtime on the ORT-format model (ORT Mobile's format), with NNAPI/CoreML coverage"),
+    Target(id="mobile/executorch-xnnpack", runtime="portability.runtimes.executorch:ExecuTorchRuntime",
+           variant={"delegate": "xnnpack"},
+           description="ExecuTorch 1.5 (PyTorch's mobile runtime) on the program lowered to its XNNPACK delegate "
+           "(PyTorch sources)"),
+    Target(id="mobile/executorch-portable", runtime="portability.runtimes.executorch:ExecuTorchRuntime",
+           variant={"delegate": "portable"},
+           description="ExecuTorch on the program with its portable kernels only (no delegate: the A/B of the "
+           "XNNPACK delegate; PyTorch sources)"),
     Target(id="mobile/arm64-tflite", runtime="portability.runtimes.arm64:Arm64Tflite", variant={"quant": "fp32"},
            run_timeout_s=ARM64_TIMEOUT_S,
            description="LiteRT's aarch64 build on the float32 .tflite, under qemu-aarch64 emulation (latency emulated)"),

@@ -28,6 +28,8 @@ TARGETS = [
          ep="wasm", threads=2),
     _ort("web/ort-webgl", "onnxruntime-web, WebGL (ort.webgl bundle; deprecated upstream, fewer ops)", ep="webgl"),
     _ort("web/ort-webgpu", "onnxruntime-web, WebGPU (ort.webgpu bundle; SwiftShader without a GPU)", ep="webgpu"),
+    _ort("web/ort-webnn", "onnxruntime-web, WebNN on the CPU device (ort.all bundle; nodes WebNN lacks fall back to "
+         "wasm, reported as a partial fallback; skipped where the browser has no WebNN backend)", ep="webnn", device_type="cpu"),
     Target(id="web/ort-wasm-int8", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "dynint8"},
            thresholds=DYNINT8, gating=False,  # an int8 deployment is a choice: a cross-check unless --gate
            description="onnxruntime-web, wasm, on ONNX Runtime's dynamic int8 quantization of the model "

@@ -30,8 +30,12 @@ ARGS = [
     # WebUI pages in a renderer of their own (about 0.5 s of CPU per web target) and a spare renderer.
     "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup,PreloadTopChromeWebUI,"
     "SpareRendererForSitePerProcess",
+    # WebNN's API (navigator.ml) is behind a feature: exposed, so that web/ort-webnn can find out whether
+    # this build has a backend for it (Chromium reads only the last --enable-features: one list for all)
+    "--enable-features=WebMachineLearningNeuralNetwork",
 ]
-WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-webgpu-adapter=swiftshader"]
+WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan,WebMachineLearningNeuralNetwork",
+               "--use-webgpu-adapter=swiftshader"]
 
 START_TIMEOUT_S = 30.0
 

@@ -3,14 +3,28 @@
 // set before the first session.
 import {webglRenderer, webgpuAdapter} from './device.mjs';
 
+// WebNN: the browser's own ML API. ORT's WebNN provider throws from session creation when the browser has
+// no WebNN backend, and a list with wasm after it does not fall back: ask the browser for a context first.
+async function webnnContext(deviceType) {
+  if (!('ml' in navigator)) throw new Error('WebNN unavailable: navigator.ml is not exposed by this browser');
+  try {
+    await navigator.ml.createContext({deviceType});
+  } catch (e) {
+    throw new Error(`WebNN unavailable: createContext({deviceType: '${deviceType}'}) failed: ${e && e.name}: ${e && e.message}`);
+  }
+  return {api: 'navigator.ml', deviceType};
+}
+
 export async function create(cfg) {
+  const webnn = cfg.ep === 'webnn' ? await webnnContext(cfg.deviceType || 'cpu') : null;
   const dist = cfg.modules + 'onnxruntime-web/dist/';
   const ort = await import(dist + cfg.bundle);
   ort.env.wasm.wasmPaths = dist;
   ort.env.wasm.numThreads = cfg.threads;
   ort.env.wasm.proxy = false;
   ort.env.logLevel = 'warning';
-  const options = {executionProviders: [cfg.ep], graphOptimizationLevel: cfg.graphOptimization || 'all', logSeverityLevel: 2};
+  const provider = webnn ? {name: 'webnn', deviceType: webnn.deviceType} : cfg.ep;
+  const options = {executionProviders: [provider], graphOptimizationLevel: cfg.graphOptimization || 'all', logSeverityLevel: 2};
   const runOptions = {logSeverityLevel: 2};
   // Initialise the runtime (wasm compile, GPU device) on a trivial model, so that "init" and
   // "session" are measured apart.
@@ -20,6 +34,7 @@ export async function create(cfg) {
   let device = null;
   if (cfg.ep === 'webgpu') device = await webgpuAdapter(ort.env.webgpu && ort.env.webgpu.adapter);
   if (cfg.ep === 'webgl') device = webglRenderer();
+  if (webnn) device = webnn;
 
   const info = () => ({
     runtime: 'onnxruntime-web',
