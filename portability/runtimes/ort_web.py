@@ -134,7 +134,7 @@ class OrtWeb(WebRuntime):
                                "a GPU or a software adapter (SwiftShader) for the browser")
         if message.find("WebNN unavailable") >= 0:
             return Unavailable(f"{message} (tried: navigator.ml with --enable-features=WebMachineLearningNeuralNetwork; "
-                               "Debian's Chromium is built without WebNN's Linux backend, webnn_use_tflite=false)",
+                               "a Linux Chromium has WebNN only with its TFLite backend, which Debian's is built without: webnn_use_tflite=false)",
                                "a Chrome or Chromium build with WebNN's TFLite backend")
         if re.search(r"requires f16 but the device does not support it", message):  # the adapter, not the model
             return Unavailable(f"this browser's WebGPU adapter has no float16 shaders (shader-f16): {message}",
