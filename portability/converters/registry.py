@@ -29,4 +29,6 @@ CONVERTERS = (
     "portability.converters.torch_onnx:OnnxFromTorchScript",
     "portability.converters.mxnet_onnx:OnnxFromMxnet",
     "portability.converters.executorch:PteFromTorch",
+    "portability.converters.coreml:CoremlFromTorch",
+    "portability.converters.coreml:CoremlFromSavedModel",
 )

@@ -29,6 +29,10 @@ TARGETS = [
            variant={"delegate": "portable"},
            description="ExecuTorch on the program with its portable kernels only (no delegate: the A/B of the "
            "XNNPACK delegate; PyTorch sources)"),
+    Target(id="mobile/coreml", runtime="portability.runtimes.coreml:CoreMlConvertOnly", gating=False,
+           description="Core ML (iOS): converted by Core ML Tools from a PyTorch program or a SavedModel (ONNX through "
+           "onnx2tf's); convert-only — Core ML predicts only on Apple platforms, so it is skipped here, with its "
+           "conversion's status, size and op counts"),
     Target(id="mobile/arm64-tflite", runtime="portability.runtimes.arm64:Arm64Tflite", variant={"quant": "fp32"},
            run_timeout_s=ARM64_TIMEOUT_S,
            description="LiteRT's aarch64 build on the float32 .tflite, under qemu-aarch64 emulation (latency emulated)"),
