@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""server/ort-cpu (or server/openvino) latency as `portability check` reports it, against a bare onnxruntime
-(or OpenVINO) loop on the same model and inputs, in one run. Rounds alternate the two so machine noise hits
-both alike.
+"""server/ort-cpu (or server/openvino, or mobile/executorch-xnnpack) latency as `portability check` reports it,
+against a bare onnxruntime (OpenVINO, ExecuTorch) loop on the same model and inputs, in one run. Rounds
+alternate the two so machine noise hits both alike.
 
     python bench/bench_server.py [MODEL ...] [--rounds 5] [--runs 300] [--target server/openvino]
+    python bench/bench_server.py fixtures/torch_cnn.pt2 --target mobile/executorch-xnnpack
 
 Prints per model the median p50 of each side and their ratio (goal: within 5%).
 """
@@ -23,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 
-TARGETS = ("server/ort-cpu", "server/openvino")
+TARGETS = ("server/ort-cpu", "server/openvino", "mobile/executorch-xnnpack")
 
 
 def portability_p50(model: Path, runs: int, warmup: int, target: str) -> float:
@@ -57,6 +58,23 @@ def _openvino_call(model: Path, feeds: dict):
     return lambda: req.infer(feeds)
 
 
+def _executorch_call(model: Path, feeds: dict):
+    """What a user would write for ExecuTorch: lower the program to XNNPACK, load the .pte, execute."""
+    import tempfile
+
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    prog = to_edge_transform_and_lower(torch.export.load(str(model)), partitioner=[XnnpackPartitioner()]).to_executorch()
+    pte = Path(tempfile.mkdtemp()) / "model.pte"
+    pte.write_bytes(prog.buffer)
+    method = Runtime.get().load_program(str(pte)).load_method("forward")
+    args = [torch.from_numpy(v) for v in feeds.values()]
+    return lambda: method.execute(args)
+
+
 def bare_p50(model: Path, feeds_npz: Path, runs: int, warmup: int, target: str = "server/ort-cpu") -> float:
     """What a user would write: a default session, run in a loop (a process that imports numpy and
     onnxruntime only, as lean as the check's worker)."""
@@ -64,6 +82,8 @@ def bare_p50(model: Path, feeds_npz: Path, runs: int, warmup: int, target: str =
         feeds = {k: z[k] for k in z.files}
     if target == "server/openvino":
         call = _openvino_call(model, feeds)
+    elif target == "mobile/executorch-xnnpack":
+        call = _executorch_call(model, feeds)
     else:
         import onnxruntime as ort
 

@@ -17,6 +17,9 @@ TESTS = Path(__file__).resolve().parent
 os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [str(TESTS), *os.environ.get("PYTHONPATH", "").split(os.pathsep)])))
 
 
+from portability.core.dirs import tools_root  # noqa: E402
+
+
 def _mxnet_venv() -> str:
     from portability.core import mxnet_env
 
@@ -25,14 +28,17 @@ def _mxnet_venv() -> str:
 
 #: MXNet's environment as provisioned for the user (found before the cache is made private below)
 MXNET_VENV = _mxnet_venv()
+#: the converters provisioned apart (onnx2tf 2.x, litert-torch), likewise
+TOOLS_DIR = str(tools_root())
 
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     """Each test session gets its own artifact cache, so tests never depend on the user's (MXNet's
-    provisioned environment excepted: it is a runtime, not a cache entry)."""
+    provisioned environment and the converters provisioned apart excepted: they are tools, not cache entries)."""
     monkeypatch.setenv("PORTABILITY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
     monkeypatch.setenv("PORTABILITY_MXNET_VENV", MXNET_VENV)
+    monkeypatch.setenv("PORTABILITY_TOOLS_DIR", TOOLS_DIR)
 
 
 @pytest.fixture(autouse=True)

@@ -46,7 +46,11 @@ def test_via_onnx_routes_through_onnx():
 
 def test_torch_exports_with_dynamo_unless_told():
     assert names("server/ort-cpu", "torch") == ["TorchFromTorch", "OnnxFromTorch"]
-    assert names("mobile/tflite-fp32", "torch")[:3] == ["TorchFromTorch", "OnnxFromTorch", "SavedModelFromOnnx"]
+    # float32 TFLite: PyTorch's native converter (litert-torch); --via onnx takes torch.onnx and onnx2tf;
+    # the variants litert-torch does not make go through ONNX
+    assert names("mobile/tflite-fp32", "torch") == ["TorchFromTorch", "TfliteFromTorch"]
+    assert names("mobile/tflite-fp32", "torch", via="onnx")[:3] == ["TorchFromTorch", "OnnxFromTorch", "SavedModelFromOnnx"]
+    assert names("mobile/tflite-int8", "torch")[:3] == ["TorchFromTorch", "OnnxFromTorch", "SavedModelFromOnnx"]
     assert names("server/ort-cpu", "torch", via="OnnxFromTorchScript") == ["TorchFromTorch", "OnnxFromTorchScript"]
 
 

@@ -36,3 +36,33 @@ def mxnet(
     d = mxnet_env.provision(log=lambda m: typer.echo(m, err=True), force=force)
     typer.echo(f"MXNet environment ready: {d}")
     return 0
+
+
+@app.command("onnx2tf2")
+def onnx2tf2() -> int:
+    """Install onnx2tf 2.x (its direct TFLite backend) into a package folder of its own in the cache dir: the
+    second ONNX -> TFLite converter, taken with --via TfliteFromOnnx2. About a second, once."""
+    from portability.converters import onnx2tf2 as o2
+
+    try:
+        d = o2.provision(log=lambda m: typer.echo(m, err=True))
+    except RuntimeError as e:
+        typer.echo(f"error: onnx2tf {o2.VERSION} could not be installed: {e}", err=True)
+        return 1
+    typer.echo(f"onnx2tf {o2.VERSION} ready: {d}")
+    return 0
+
+
+@app.command("litert-torch")
+def litert_torch() -> int:
+    """Build litert-torch's virtual environment in the cache dir (it sees this environment's packages; torch,
+    TensorFlow and numpy stay the installed ones): PyTorch's native route to TFLite. Half a minute, once."""
+    from portability.converters import litert_torch as lt
+
+    try:
+        d = lt.provision(log=lambda m: typer.echo(m, err=True))
+    except RuntimeError as e:
+        typer.echo(f"error: litert-torch {lt.VERSION} could not be installed: {e}", err=True)
+        return 1
+    typer.echo(f"litert-torch {lt.VERSION} ready: {d}")
+    return 0

@@ -53,6 +53,8 @@ class Converter(ABC):
     cost: ClassVar[int] = 1
     #: a copy of the source into the cache: the first step of every chain from a source of its format
     snapshot: ClassVar[bool] = False
+    #: taken only when ``--via`` names it (a second converter for a hop that has one: a cross-check)
+    on_request: ClassVar[bool] = False
 
     @classmethod
     def shapes_used(cls, ctx: ConvertContext) -> dict[str, list[int]] | None:

@@ -15,6 +15,7 @@ CONVERTERS = (
     # ONNX, the hub
     "portability.converters.onnx2tf:SavedModelFromOnnx",
     "portability.converters.ort_format:OrtFromOnnx",
+    "portability.converters.onnx2tf2:TfliteFromOnnx2",
     "portability.converters.ort_quant:DynInt8FromOnnx",
     "portability.converters.ort_quant:QdqInt8FromOnnx",
     "portability.converters.ort_quant:Fp16FromOnnx",
@@ -27,6 +28,7 @@ CONVERTERS = (
     "portability.converters.tf2onnx:OnnxFromSavedModel",
     "portability.converters.torch_onnx:OnnxFromTorch",
     "portability.converters.torch_onnx:OnnxFromTorchScript",
+    "portability.converters.litert_torch:TfliteFromTorch",
     "portability.converters.mxnet_onnx:OnnxFromMxnet",
     "portability.converters.executorch:PteFromTorch",
     "portability.converters.coreml:CoremlFromTorch",

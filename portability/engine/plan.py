@@ -32,6 +32,7 @@ class Edge:
     variants: dict[str, tuple[str, ...]]
     cost: int
     snapshot: bool
+    on_request: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def edges() -> tuple[Edge, ...]:
     out = []
     for path in CONVERTERS:
         c = load_class(path)
-        out.append(Edge(path, c.__name__, c.input_format, c.output_format, dict(c.variants), c.cost, c.snapshot))
+        out.append(Edge(path, c.__name__, c.input_format, c.output_format, dict(c.variants), c.cost, c.snapshot, c.on_request))
     return tuple(out)
 
 
@@ -106,7 +107,7 @@ def plan(source_format: str, target: Target, via: str | None = None) -> Plan:
         if len(taken) > _MAX_STEPS:
             return
         for e in edges():
-            if e.snapshot or e.src != fmt or e in taken:
+            if e.snapshot or e.src != fmt or e in taken or (e.on_request and via != e.name):
                 continue
             now = taken + [e]
             ok = passed or via in (e.dst, e.name)

@@ -1,6 +1,6 @@
 """What the OS sandbox (``core.sandbox``) of each process of a check allows: its workers and the services
 that read model content. Every such process reads the model's folder, the run's folder, the cache and the
-provisioned environments (the ARM64 root file system, MXNet's venv); a worker writes its own folder, and
+provisioned environments (the ARM64 root file system, MXNet's venv, the converters that live apart); a worker writes its own folder, and
 the cache's artifact store only while it converts; a web worker reaches its browser's DevTools port."""
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ def cache_root(cache_dir: Path | None) -> Path:
 
 def readable(model_path: Path, workdir: Path, cache_dir: Path | None) -> tuple[str, ...]:
     from portability.core import mxnet_env
+    from portability.core.dirs import tools_root
     from portability.mobile import arm64
     from portability.sources import model_folder
 
     return (str(model_folder(model_path)), str(workdir), str(cache_root(cache_dir)), str(arm64.home()),
-            str(mxnet_env.venv_dir()))
+            str(mxnet_env.venv_dir()), str(tools_root()))
 
 
 def shared(mode: str, read: tuple[str, ...]) -> dict:

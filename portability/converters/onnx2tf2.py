@@ -1,0 +1,113 @@
+"""TfliteFromOnnx2: onnx2tf 2.x's direct backend (``flatbuffer_direct``: it writes the ``.tflite`` itself, no
+SavedModel, no TensorFlow converter), a second ONNX -> TFLite converter beside the pinned 1.x route.
+
+Taken only when asked for (``--via TfliteFromOnnx2``): the default route stays onnx2tf 1.x's SavedModel and
+TensorFlow's converter, so the two converters cross-check each other on the same targets. Its float32 file
+only (2.x's float16 file is float16 end to end, inputs included, which LiteRT's CPU kernels refuse).
+
+onnx2tf 2.x and 1.x share a module name, and 2.x declares Python >= 3.12 (it runs on 3.11 with this stack):
+it lives in a package folder of its own (``core.dirs.tools_root``; ``portability setup onnx2tf2``), put first on the
+converter's ``PYTHONPATH``; its own pins (older numpy, onnx, onnxruntime…) are not installed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from portability.converters.base import ConvertContext, Converter, package_version, run_tool
+from portability.core.artifact import Artifact
+from portability.core.errors import ConvertError, Unavailable
+
+VERSION = "2.6.9"
+_READY = ".ready"
+
+
+def env_dir() -> Path:
+    from portability.core.dirs import tools_root
+
+    return tools_root() / f"onnx2tf-{VERSION}"
+
+
+def site() -> Path:
+    return env_dir() / "site"
+
+
+def status() -> tuple[bool, str]:
+    if (env_dir() / _READY).is_file() and (site() / "onnx2tf").is_dir():
+        return True, f"onnx2tf {VERSION} ready: {env_dir()}"
+    return False, f"onnx2tf {VERSION} is not provisioned ({env_dir()} is missing)"
+
+
+def provision(log: Callable[[str], None] = print) -> Path:
+    """Install onnx2tf 2.x (the package alone, no dependencies) into its folder; idempotent, about a second."""
+    if status()[0]:
+        return env_dir()
+    shutil.rmtree(env_dir(), ignore_errors=True)
+    env_dir().mkdir(parents=True)
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-requires-python", "--no-compile",
+           "--target", str(site()), f"onnx2tf=={VERSION}"]
+    log("$ " + " ".join(cmd))
+    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if p.returncode != 0:
+        lines = [ln for ln in (p.stderr + p.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
+        raise RuntimeError((lines or [f"pip exit {p.returncode}"])[-1])
+    (env_dir() / _READY).write_text(VERSION)
+    log(f"onnx2tf {VERSION}: {env_dir()}")
+    return env_dir()
+
+
+class TfliteFromOnnx2(Converter):
+    input_format = "onnx"
+    output_format = "tflite"
+    variants = {"quant": ("fp32",)}
+    uses_shapes = True
+    on_request = True  # a second converter, taken only with --via TfliteFromOnnx2
+    cost = 3
+
+    def version(self) -> str:
+        return f"1+onnx2tf{VERSION}+litert{package_version('ai-edge-litert')}"
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        from portability.converters.onnx2tf import failure, meaningful_lines
+        from portability.converters.shapes import fix_input_shapes, onnx2tf_args
+        from portability.converters.tflite_layout import describe_tflite
+        from portability.core.model import read_signature
+
+        ok, why = status()
+        if not ok:
+            raise Unavailable(why, "portability setup onnx2tf2 (scripts/setup.sh runs it)")
+        shapes = self.shapes_used(ctx)
+        with tempfile.TemporaryDirectory(prefix="portability-onnx2tf2-") as scratch:
+            work = Path(scratch)
+            model = work / "model.onnx"
+            if shapes:
+                fix_input_shapes(src.path, model, shapes)
+            else:
+                shutil.copyfile(src.path, model)  # onnx2tf rewrites its input in place
+            kept = work / "source.onnx"
+            shutil.copyfile(model, kept)
+            sig = read_signature(kept) if shapes or not ctx.signature else ctx.signature
+            cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), *onnx2tf_args(shapes)]
+            path = os.pathsep.join([str(site())] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+            p = run_tool(cmd, f"onnx2tf {VERSION}", ctx.timeout_s, cwd=work, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path,
+                         PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+            tflite = work / "out" / "model_float32.tflite"
+            if p.returncode != 0 or not tflite.is_file():
+                what, op, node = failure(p.stdout, kept)
+                where = (f" at {op}" if op else "") + (f" node '{node}'" if node else "")
+                raise ConvertError(f"onnx2tf {VERSION} failed (exit {p.returncode}){where}: {what}", op=op, node=node)
+            out = out_dir / "model.tflite"
+            shutil.move(str(tflite), str(out))
+            io = describe_tflite(out, sig, onnx_path=kept)
+        warnings = [ln.strip() for ln in meaningful_lines(p.stdout, 6) if "WARN" in ln]
+        return Artifact(path=out, format="tflite", sha256="", meta={
+            "onnx_signature": sig, "tflite_io": io, "quant": "fp32", "converter_warnings": warnings,
+            "produced_by": f"onnx2tf {VERSION} (flatbuffer_direct)", **({"input_shapes": shapes} if shapes else {})})
+
+
+__all__ = ["TfliteFromOnnx2", "provision", "status", "VERSION"]
