@@ -40,9 +40,9 @@ def portability_p50(model: Path, runs: int, warmup: int, target: str) -> float:
 def feeds_file(model: Path, folder: Path) -> Path:
     """The check's synthesized input (seed 0, uniform [0,1)) as an .npz for the bare loop."""
     from portability.core import inputs as inp
-    from portability.core.model import load_model
+    from portability.sources import load_source_isolated
 
-    info = load_model(model)
+    info = load_source_isolated(model)  # any source format (an ONNX model, a .pt2)
     shapes, _ = inp.resolve_shapes(info, {})
     path = folder / f"{model.stem}.npz"
     np.savez(path, **inp.synthesize(info, shapes, 1, seed=0).batch(0))
