@@ -50,6 +50,23 @@ def normalize(report: dict) -> dict:
     return r
 
 
+#: a target's output drift at float32 rounding (signal over noise of 100 dB or more): its exact noise figures
+#: depend on the CPU's kernels (ONNX Runtime's MLAS, numpy's BLAS pick code paths per CPU), not on the check
+_NOISE = ("max_abs", "max_rel", "mean_abs", "rmse", "p99_abs", "snr_db")
+NOISE_FLOOR_DB = 100.0
+
+
+def rounding_noise(report: dict) -> dict:
+    """``report`` with the noise figures of outputs that agree to float32 rounding replaced by a marker."""
+    out = json.loads(json.dumps(report))
+    for t in out.get("targets", []):
+        for o in ((t.get("metrics") or {}).get("outputs") or {}).values():
+            snr = o.get("snr_db")
+            if snr is not None and float(snr) >= NOISE_FLOOR_DB:
+                o.update({k: "float32 rounding" for k in _NOISE if k in o})
+    return out
+
+
 def same(a, b, path="report") -> list[str]:
     """Differences between two normalized reports (floats within 1e-6 relative)."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -74,5 +91,5 @@ def test_report_matches_golden(tmp_path, name):
     if os.environ.get("PORTABILITY_UPDATE_GOLDEN") == "1":
         path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     golden = json.loads(path.read_text())
-    diffs = same(golden, got)
+    diffs = same(rounding_noise(golden), rounding_noise(got))
     assert not diffs, "report changed:\n" + "\n".join(sorted(diffs)[:40])

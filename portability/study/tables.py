@@ -148,7 +148,7 @@ def latency(study: dict) -> list[View]:
 
 def _variant(tid: str) -> str:
     name = tid.split("/", 1)[1]
-    for v in ("fp32", "fp16", "dynint8", "int8"):
+    for v in ("fp32", "fp16", "dynint8", "int8", "qdq", "xnnpack", "portable"):
         if name.endswith("-" + v):
             return v
     return ""
