@@ -146,3 +146,29 @@ def test_study_usage_errors_are_one_line(args, word):
     p = run_cli("study", "--profile", "step", *args)
     assert p.returncode == 2
     assert word in p.stderr and "Traceback" not in p.stderr
+
+
+def test_seeds_give_mean_and_spread_and_a_test_of_framework_differences(tmp_path):
+    """--seeds 2: each (framework, model, dataset) trained with seeds 0 and 1; the JSON's ``across_seeds`` gives
+    mean and standard deviation per cell (recomputed here from the rows) and, per pair of frameworks, Welch's
+    t-test over the seeds; the tables say so."""
+    import statistics
+
+    out, md = tmp_path / "s.json", tmp_path / "s.md"
+    p = run_cli("study", "--profile", "step", "-f", "torch,keras", "-m", "lenet1", "-t", "server/ort-cpu", "--seeds", "2",
+                "--json", str(out), "--markdown", str(md), timeout=1800)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(out.read_text())
+    assert s["options"]["seeds"] == 2
+    assert sorted((r["framework"], r["seed"]) for r in s["rows"]) == [("keras", 0), ("keras", 1), ("torch", 0), ("torch", 1)]
+    for c in s["across_seeds"]["cells"]:
+        acc = [r["baseline"]["accuracy"] for r in s["rows"] if r["framework"] == c["framework"]]
+        assert c["accuracy"]["n"] == 2 and c["accuracy"]["mean"] == pytest.approx(statistics.mean(acc))
+        assert c["accuracy"]["std"] == pytest.approx(statistics.stdev(acc))
+        assert c["targets"]["server/ort-cpu"]["accuracy"]["n"] == 2
+    (d,) = s["across_seeds"]["framework_differences"]
+    assert d["frameworks"] == ["torch", "keras"] and "Welch" in d["test"]
+    assert d["verdict"] in ("significant", "within the seed spread") and (d["p"] is None) == (d["verdict"] == "undecided")
+    text = md.read_text()
+    assert "## Across seeds: accuracy in its own framework" in text and "## Across seeds: framework differences" in text
+    assert "± " in text

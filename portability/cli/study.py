@@ -66,6 +66,7 @@ def study(
     retrain: bool = typer.Option(False, "--retrain", help="Train again even when the model is in the cache."),
     tables_of: Optional[Path] = typer.Option(None, "--tables", help="Run nothing: print the tables of a study's JSON (and write --markdown)."),
     seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
+    seeds: int = typer.Option(1, "--seeds", min=1, help="Train each framework, model and dataset this many times (seeds --seed, --seed+1, …): the tables give mean ± standard deviation, and a framework difference is called significant only beyond the seed spread (Welch's t-test)."),
     quiet: QuietOpt = False,
     cache_dir: Optional[Path] = None,
     jobs: Optional[int] = None,
@@ -88,7 +89,7 @@ def study(
     if quick and profile and profile != "quick":
         raise UsageError("give --quick or --profile, not both")
     o = StudyOptions(frameworks=_split(frameworks), archs=_split(models), datasets=_split(datasets), targets=targets,
-                     profile=profile or ("quick" if quick else "full"), seed=seed,
+                     profile=profile or ("quick" if quick else "full"), seed=seed, seeds=seeds,
                      cache_dir=Path(cache_dir) if cache_dir else None, retrain=retrain, jobs=jobs, robustness=robustness)
     validate(o)
     outputs.require_writable(json_path, None, None, markdown_path)

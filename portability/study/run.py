@@ -42,6 +42,8 @@ class StudyOptions:
     targets: str | None = None
     profile: str = "quick"
     seed: int = 0
+    #: trainings per (framework, model, dataset), with seeds seed, seed+1, …: the tables give mean ± std
+    seeds: int = 1
     cache_dir: Path | None = None
     retrain: bool = False
     jobs: int | None = None
@@ -58,9 +60,13 @@ class StudyResult:
     seconds: dict = field(default_factory=lambda: {"train": 0.0, "check": 0.0, "data": 0.0, "total": 0.0})
 
     def to_dict(self) -> dict:
-        return {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
-                "options": self.options, "environment": self.environment, "datasets": self.datasets,
-                "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows": self.rows}
+        from portability.study.stats import across_seeds
+
+        d = {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
+             "options": self.options, "environment": self.environment, "datasets": self.datasets,
+             "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows": self.rows}
+        d["across_seeds"] = across_seeds(d)
+        return d
 
 
 class Progress:
@@ -186,7 +192,7 @@ class _Study:
         self.result = StudyResult(
             options={"frameworks": sorted({c[0] for c in self.cells}, key=s.FRAMEWORKS.index),
                      "models": sorted({c[1] for c in self.cells}), "datasets": sorted({c[2] for c in self.cells}),
-                     "targets": self.targets, "profile": o.profile, "seed": o.seed, "robustness": o.robustness,
+                     "targets": self.targets, "profile": o.profile, "seed": o.seed, "seeds": o.seeds, "robustness": o.robustness,
                      "zoo": str(root)},
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
         self.data_paths: dict[str, Path | None] = {}
@@ -195,10 +201,12 @@ class _Study:
         t_all = time.perf_counter()
         for d in sorted({c[2] for c in self.cells}):
             self._dataset(d)
-        for i, (fw, arch, d) in enumerate(self.cells, 1):
-            row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": self.o.seed,
+        runs = [(c, seed) for c in self.cells for seed in range(self.o.seed, self.o.seed + max(1, self.o.seeds))]
+        for i, ((fw, arch, d), seed) in enumerate(runs, 1):
+            row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed,
                    "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
-            self._cell(row, f"[{i}/{len(self.cells)}] {fw} {arch} on {d}", {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
+            label = f"[{i}/{len(runs)}] {fw} {arch} on {d}" + (f", seed {seed}" if self.o.seeds > 1 else "")
+            self._cell(row, label, {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
             self.result.rows.append(row)
             self.progress.row_done(row)
         self.result.seconds["total"] = time.perf_counter() - t_all
@@ -228,7 +236,7 @@ class _Study:
         self.progress.stage(f"{label}: training")
         t0 = time.perf_counter()
         try:
-            trained = zoo.train(fw, arch, d, self.data_paths[d], self.o.profile, self.o.seed, self.cache,
+            trained = zoo.train(fw, arch, d, self.data_paths[d], self.o.profile, row["seed"], self.cache,
                                 on_event=self.progress.training, retrain=self.o.retrain)
         except zoo.TrainingFailed as e:
             status = "skipped" if zoo.python_for(fw)[0] is None else "error"

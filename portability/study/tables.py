@@ -41,10 +41,10 @@ def _short(status: str) -> str:
 
 
 def _groups(study: dict) -> dict[tuple[str, str], dict[str, dict]]:
-    """{(arch, dataset): {framework: row}} in the study's order."""
+    """{(arch, dataset): {framework: row}} in the study's order (with several seeds: the first seed's row)."""
     out: dict = {}
     for r in study["rows"]:
-        out.setdefault((r["arch"], r["dataset"]), {})[r["framework"]] = r
+        out.setdefault((r["arch"], r["dataset"]), {}).setdefault(r["framework"], r)
     return out
 
 
@@ -231,9 +231,38 @@ def robustness(study: dict) -> list[View]:
     return views
 
 
+def _pm(x: dict) -> str:
+    if not x.get("n"):
+        return "–"
+    return f"{_pct(x['mean'])} ± {_pct(x['std'])} (n={x['n']})" if x["n"] > 1 else f"{_pct(x['mean'])} (n=1)"
+
+
+def seeds(study: dict) -> list[View]:
+    """Mean ± standard deviation over the seeds, and which framework differences exceed the seed spread."""
+    from portability.study.stats import across_seeds
+
+    a = study.get("across_seeds") or across_seeds(study)
+    fws = _frameworks(study)
+    by = {(c["arch"], c["dataset"], c["framework"]): c for c in a["cells"]}
+    keys = list(dict.fromkeys((c["arch"], c["dataset"]) for c in a["cells"]))
+    rows = [[arch, d, *[_pm(by[(arch, d, fw)]["accuracy"]) if (arch, d, fw) in by else "–" for fw in fws]] for arch, d in keys]
+    out = [View("Across seeds: accuracy in its own framework, % (mean ± standard deviation over the seeds)",
+                ["model", "dataset", *fws], rows)]
+    diffs = [[x["arch"], x["dataset"], " − ".join(x["frameworks"]), f"{100 * x['difference']:+.1f}",
+              "–" if x["p"] is None else f"{x['p']:.3f}", x["verdict"]] for x in a["framework_differences"]]
+    out.append(View("Across seeds: framework differences", ["model", "dataset", "frameworks", "Δ points", "p", "verdict"],
+                    diffs, [f"test: {a['test']}; undecided: fewer than two seeds on a side"]))
+    return out
+
+
 def views(study: dict) -> list[View]:
-    return [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
-            *robustness(study), failures(study)]
+    many = (study.get("options") or {}).get("seeds", 1) > 1
+    first = [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
+             *robustness(study), failures(study)]
+    if many:
+        for v in first[:-1]:
+            v.notes.append("with several seeds, this table shows each cell's first seed; the spread is under 'Across seeds'")
+    return ([*seeds(study)] if many else []) + first
 
 
 def to_markdown(study: dict) -> str:

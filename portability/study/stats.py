@@ -1,0 +1,87 @@
+"""Across seeds: each (framework, model, dataset) trained with several seeds (``study --seeds N``) gives a
+mean and a standard deviation per cell, and a difference between two frameworks is called significant only
+beyond the seed spread.
+
+- ``cells``: per (framework, model, dataset): the framework's own accuracy (eval samples) over the seeds
+  (``mean``, ``std`` — the sample standard deviation, n - 1 —, ``n``, ``values``), and per target the
+  deployed accuracy and its change against the framework's own, likewise.
+- ``framework_differences``: per (model, dataset) and pair of frameworks, the difference of mean accuracy
+  and Welch's t-test (unequal variances) over the seeds; ``significant`` when p < 0.05, and never with
+  fewer than two seeds on a side (the spread is unknown: ``undecided``).
+"""
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+TEST = "Welch's t-test (unequal variances) on the framework's own accuracy across seeds, p < 0.05"
+ALPHA = 0.05
+
+
+def summary(values: list[float]) -> dict:
+    v = [float(x) for x in values if x is not None and math.isfinite(float(x))]
+    n = len(v)
+    mean = sum(v) / n if n else None
+    std = math.sqrt(sum((x - mean) ** 2 for x in v) / (n - 1)) if n > 1 else None
+    return {"mean": mean, "std": std, "n": n, "values": v}
+
+
+def _key(r: dict) -> tuple[str, str, str]:
+    return r["framework"], r["arch"], r["dataset"]
+
+
+def cells(study: dict) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in study["rows"]:
+        groups.setdefault(_key(r), []).append(r)
+    out = []
+    for (fw, arch, d), rows in groups.items():
+        trained = [r for r in rows if (r.get("training") or {}).get("status") == "ok"]
+        targets: dict[str, dict] = {}
+        for tid in dict.fromkeys(t["id"] for r in trained for t in r["targets"]):
+            ts = [t for r in trained for t in r["targets"] if t["id"] == tid]
+            targets[tid] = {"accuracy": summary([t.get("accuracy") for t in ts]),
+                            "accuracy_vs_framework": summary([t.get("accuracy_vs_framework") for t in ts]),
+                            "statuses": {s: sum(1 for t in ts if t["status"] == s) for s in dict.fromkeys(t["status"] for t in ts)}}
+        out.append({"framework": fw, "arch": arch, "dataset": d, "seeds": [r["seed"] for r in rows],
+                    "accuracy": summary([(r.get("baseline") or {}).get("accuracy") for r in trained]), "targets": targets})
+    return out
+
+
+def welch(a: list[float], b: list[float]) -> dict:
+    """Welch's t statistic, its degrees of freedom and two-sided p (None when either side has < 2 values
+    or both have no spread)."""
+    if len(a) < 2 or len(b) < 2:
+        return {"t": None, "df": None, "p": None}
+    sa, sb = summary(a), summary(b)
+    va, vb = sa["std"] ** 2 / len(a), sb["std"] ** 2 / len(b)
+    if va + vb == 0:
+        return {"t": None, "df": None, "p": 0.0 if sa["mean"] != sb["mean"] else 1.0}
+    t = (sa["mean"] - sb["mean"]) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
+    from scipy import stats
+
+    return {"t": t, "df": df, "p": float(2 * stats.t.sf(abs(t), df))}
+
+
+def framework_differences(cs: list[dict]) -> list[dict]:
+    by: dict[tuple, dict[str, dict]] = {}
+    for c in cs:
+        by.setdefault((c["arch"], c["dataset"]), {})[c["framework"]] = c
+    out = []
+    for (arch, d), fws in by.items():
+        for a, b in combinations(fws, 2):
+            xa, xb = fws[a]["accuracy"], fws[b]["accuracy"]
+            if not xa["n"] or not xb["n"]:
+                continue
+            w = welch(xa["values"], xb["values"])
+            verdict = "undecided" if w["p"] is None else ("significant" if w["p"] < ALPHA else "within the seed spread")
+            out.append({"arch": arch, "dataset": d, "frameworks": [a, b], "difference": xa["mean"] - xb["mean"],
+                        **w, "verdict": verdict, "test": TEST})
+    return out
+
+
+def across_seeds(study: dict) -> dict:
+    """The study JSON's ``seeds`` section."""
+    cs = cells(study)
+    return {"cells": cs, "framework_differences": framework_differences(cs), "test": TEST}
