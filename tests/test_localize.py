@@ -195,3 +195,19 @@ def test_ort_web_node_placement_names_the_nodes_of_a_partial_fallback():
            "[V:onnxruntime:, session_state.cc:1586 VerifyEachNodeIsAssignedToAnEp]   Einsum (mix/einsum)"]
     assert _placement(log) == {"JsExecutionProvider": 2, "CPUExecutionProvider": 1}
     assert _placed_nodes(log) == {"JsExecutionProvider": ["conv1", "relu1"], "CPUExecutionProvider": ["mix/einsum"]}
+
+
+def test_a_pytorch_program_is_localized_on_the_checks_own_onnx_export(tmp_path):
+    """A .pt2 on a target whose route passes through ONNX: localized on the ONNX export its check makes (the
+    same converter, through the cache), with the reference ONNX Runtime on that export; a target whose route
+    avoids ONNX (ExecuTorch) is refused in one line."""
+    out = tmp_path / "loc"
+    p = run_cli("localize", str(FIXTURES / "torch_cnn.pt2"), "--target", "server/ort-int8", "--cosine", "0.99999999",
+                "--out", str(out), "--json", str(tmp_path / "l.json"), "--samples", "2")
+    assert p.returncode == 1, p.stderr
+    doc = json.loads((tmp_path / "l.json").read_text())
+    assert doc["source"]["format"] == "torch" and "OnnxFromTorch" in doc["source"]["localized_on"]
+    assert doc["first_divergence"]["op_type"] and doc["reproducer"]["reproduces"] is True
+    assert "localized on the check's ONNX export" in p.stdout
+    p = run_cli("localize", str(FIXTURES / "torch_cnn.pt2"), "--target", "mobile/executorch-xnnpack", "--out", str(tmp_path / "x"))
+    assert p.returncode == 2 and "avoids ONNX" in p.stderr and "Traceback" not in p.stderr

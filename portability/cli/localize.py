@@ -12,7 +12,7 @@ from portability.cli.options import JsonOpt, QuietOpt, takes_settings
 
 @takes_settings("localize")
 def localize(
-    model: Path = typer.Argument(..., help="An ONNX model (a model of another format: export it to ONNX first).", show_default=False),
+    model: Path = typer.Argument(..., help="An ONNX model, or a model of another format whose route to TARGET passes through ONNX (localized on the check's own ONNX export).", show_default=False),
     target: str = typer.Option(..., "--target", "-t", help="The target id to localize on (web/ort-webgpu, mobile/tflite-fp32...).", show_default=False),
     json_path: JsonOpt = None,
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the reproducer (an ONNX file and its inputs), the inputs used and localize.json. Default: ./portability-localize/MODEL-TARGET."),
@@ -26,6 +26,8 @@ def localize(
     Targets that run the ONNX graph (ONNX Runtime on the server, in the browser, ORT format) return every
     node's output; converted ones (TFLite, TF.js, SavedModel) are bisected over the graph's cuts (about
     log2(nodes) conversions). A target that fails to convert, load or run is bisected on the failure.
+    A .pt2, Keras or SavedModel source is localized on the ONNX export its check makes (the reference is
+    then ONNX Runtime on that export), for targets whose route passes through ONNX.
 
     Exit 0 when nothing diverges on the target, 1 when it does (localized or not), 2 on a usage error."""
     from rich.console import Console
@@ -53,6 +55,8 @@ def _show(doc: dict) -> None:
 
     out = Console() if Console().is_terminal else Console(width=160)
     first = doc.get("first_divergence")
+    if doc.get("source"):
+        out.print(f"a {doc['source']['format']} model, localized on {doc['source']['localized_on']}", highlight=False, soft_wrap=True)
     if doc.get("curve"):
         table = Table("#", "node", "op", "max |Δ|", "cosine", "", title=f"{doc['target']}: {doc['method']} "
                       f"({doc['conversions']} checks, {doc['nodes']} nodes)", title_justify="left")

@@ -181,8 +181,13 @@ def run(model_path: Path, target: str, opts, out_dir: Path, say: Callable[[str],
         raise UsageError(f"unknown target '{target}' (see `portability targets`)")
     info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
     if info.format != "onnx":
-        raise UsageError(f"localize cuts an ONNX graph: {Path(model_path).name} is a {info.format} model "
-                         "(export it to ONNX first, e.g. with the check's own route: --via onnx)")
+        from portability.engine.export import onnx_export
+
+        onnx_path, how = onnx_export(Path(model_path), info, reg[target], opts, say)
+        doc = run(onnx_path, target, opts, out_dir, say)
+        doc.update(model=str(model_path), source={"format": info.format, "localized_on": how, "onnx": str(onnx_path)})
+        (out_dir / "localize.json").write_text(json.dumps(doc, indent=2, default=str))
+        return doc
     out_dir.mkdir(parents=True, exist_ok=True)
     work = out_dir / ".cuts"
     work.mkdir(exist_ok=True)
