@@ -172,3 +172,22 @@ def test_seeds_give_mean_and_spread_and_a_test_of_framework_differences(tmp_path
     text = md.read_text()
     assert "## Across seeds: accuracy in its own framework" in text and "## Across seeds: framework differences" in text
     assert "± " in text
+
+
+@pytest.mark.web
+def test_localize_names_the_first_diverging_op_of_a_drifting_target(tmp_path):
+    """--localize: a drifting target of the study carries its first diverging op (ONNX Runtime Web's WebGPU on
+    SwiftShader drifts on LeNet-5: localized on the .pt2's ONNX export), and the failure table names it."""
+    out, md = tmp_path / "s.json", tmp_path / "s.md"
+    p = run_cli("study", "--profile", "step", "-f", "torch", "-m", "lenet5", "-t", "web/ort-webgpu", "--localize",
+                "--json", str(out), "--markdown", str(md), timeout=1800)
+    assert p.returncode == 0, p.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    t = next(x for x in row["targets"] if x["id"] == "web/ort-webgpu")
+    if t["status"] != "drift":  # a real GPU may compute it right: then nothing is localized
+        assert t["device"] != "software" and "localized" not in t, t
+        return
+    loc = t["localized"]
+    assert loc["op_type"] and loc["node"] and loc["method"] == "every node's outputs", loc
+    assert "OnnxFromTorch" in loc["localized_on"]
+    assert f"first diverging op {loc['op_type']} (node {loc['node']}" in md.read_text()

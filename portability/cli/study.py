@@ -67,6 +67,7 @@ def study(
     tables_of: Optional[Path] = typer.Option(None, "--tables", help="Run nothing: print the tables of a study's JSON (and write --markdown)."),
     seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
     seeds: int = typer.Option(1, "--seeds", min=1, help="Train each framework, model and dataset this many times (seeds --seed, --seed+1, …): the tables give mean ± standard deviation, and a framework difference is called significant only beyond the seed spread (Welch's t-test)."),
+    localize: bool = typer.Option(False, "--localize", help="Localize every drifting target (portability localize on the row's samples): its first diverging op, in the row's JSON and the failure table."),
     quiet: QuietOpt = False,
     cache_dir: Optional[Path] = None,
     jobs: Optional[int] = None,
@@ -90,7 +91,7 @@ def study(
         raise UsageError("give --quick or --profile, not both")
     o = StudyOptions(frameworks=_split(frameworks), archs=_split(models), datasets=_split(datasets), targets=targets,
                      profile=profile or ("quick" if quick else "full"), seed=seed, seeds=seeds,
-                     cache_dir=Path(cache_dir) if cache_dir else None, retrain=retrain, jobs=jobs, robustness=robustness)
+                     cache_dir=Path(cache_dir) if cache_dir else None, retrain=retrain, jobs=jobs, robustness=robustness, localize=localize)
     validate(o)
     outputs.require_writable(json_path, None, None, markdown_path)
     err = Console(stderr=True)

@@ -48,6 +48,8 @@ class StudyOptions:
     retrain: bool = False
     jobs: int | None = None
     robustness: bool = False
+    #: localize every drifting target (``portability localize``): its first diverging op in the row and tables
+    localize: bool = False
 
 
 @dataclass
@@ -192,7 +194,7 @@ class _Study:
         self.result = StudyResult(
             options={"frameworks": sorted({c[0] for c in self.cells}, key=s.FRAMEWORKS.index),
                      "models": sorted({c[1] for c in self.cells}), "datasets": sorted({c[2] for c in self.cells}),
-                     "targets": self.targets, "profile": o.profile, "seed": o.seed, "seeds": o.seeds, "robustness": o.robustness,
+                     "targets": self.targets, "profile": o.profile, "seed": o.seed, "seeds": o.seeds, "robustness": o.robustness, "localize": o.localize,
                      "zoo": str(root)},
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
         self.data_paths: dict[str, Path | None] = {}
@@ -278,6 +280,29 @@ class _Study:
             row["baseline"]["accuracy_emulated_samples"] = base_emu
             row["targets"] += [dict(summarize_target(t, base_emu), samples=emu_report["inputs"]["samples"])
                                for t in emu_report["targets"][1:]]
+        if self.o.localize:
+            for t in row["targets"]:
+                if t["status"] == "drift" and t["id"] != row["reference"]:
+                    t["localized"] = self._localize(row, trained, t["id"])
+
+    def _localize(self, row: dict, trained, tid: str) -> dict:
+        """The first diverging op of a drifting target (``localize`` on the row's samples, at most 16)."""
+        from portability import api
+        from portability.engine import localize
+
+        self.progress.stage(f"{row['framework']} {row['arch']}: localizing {tid}")
+        opts = api.options(tid, dataset=trained.eval_data, samples=16, runs=0, seed=self.o.seed, cache_dir=self.cache_root)
+        out = self.cache / "localize" / f"{row['framework']}-{row['arch']}-{row['dataset']}-s{row['seed']}" / tid.replace("/", "_")
+        try:
+            doc = localize.run(Path(trained.model), tid, opts, out)
+        except UsageError as e:
+            return {"why": str(e)}
+        first = doc.get("first_divergence")
+        if not first:
+            return {"why": doc.get("why") or "nothing localized", "method": doc.get("method")}
+        return {"node": first.get("node"), "op_type": first.get("op_type"), "op_at_fault": first.get("op_at_fault"),
+                "method": doc.get("method"), "reproduces": (doc.get("reproducer") or {}).get("reproduces"),
+                **({"localized_on": doc["source"]["localized_on"]} if doc.get("source") else {})}
 
     def _check(self, trained, info, spec: str, samples: int | None = None) -> dict:
         from portability import api

@@ -199,6 +199,10 @@ def failures(study: dict) -> View:
             w = _where(t)
             counts[w][r["framework"]] += 1
             why = t.get("error") or ("drift" if t["status"] == "drift" else t["status"])
+            loc = t.get("localized") or {}
+            if loc.get("op_type"):
+                why = f"{why}; first diverging op {loc['op_type']} (node {loc.get('node') or '?'}" + \
+                      (", its inputs clean" if loc.get("op_at_fault") else "") + ")"
             reasons[(w, r["framework"])].add(f"{r['arch']}/{r['dataset']}: {t['status']}: {str(why).splitlines()[0][:160]}")
     rows = [[w, *[str(counts[w].get(fw, 0) or "") for fw in fws]] for w in sorted(counts)]
     notes = [f"{w} ({fw}) — {why}" for (w, fw), whys in sorted(reasons.items()) for why in sorted(whys)]
