@@ -85,18 +85,15 @@ if want mxnet && $PY -c "import portability.core.mxnet_env" 2>/dev/null; then
     $PY -m portability setup mxnet
   fi
 fi
-# --- onnx2tf 2.x: the second ONNX -> TFLite converter, in a package folder of its own (cache dir) ---
-if want pip && $PY -c "import portability.converters.onnx2tf2" 2>/dev/null; then
-  if ! $PY -c "import sys, portability.converters.onnx2tf2 as o; sys.exit(0 if o.status()[0] else 1)"; then
-    say "installing onnx2tf 2.x beside the pinned 1.x (one time, a second)"
-    $PY -m portability setup onnx2tf2
-  fi
-fi
-# --- litert-torch: PyTorch's native route to TFLite, in a virtual environment of its own (cache dir) ---
-if want pip && $PY -c "import portability.converters.litert_torch" 2>/dev/null; then
-  if ! $PY -c "import sys, portability.converters.litert_torch as l; sys.exit(0 if l.status()[0] else 1)"; then
-    say "provisioning litert-torch's environment (one time, about half a minute)"
-    $PY -m portability setup litert-torch
-  fi
+# --- converters that live apart (onnx2tf 2.x's package folder, litert-torch's venv: under the cache dir) ---
+if want pip; then
+  for tool in onnx2tf2 litert-torch; do
+    mod=${tool//-/_}
+    if $PY -c "import portability.converters.$mod" 2>/dev/null \
+       && ! $PY -c "import sys, portability.converters.$mod as t; sys.exit(0 if t.status()[0] else 1)"; then
+      say "provisioning $tool (one time, up to half a minute)"
+      $PY -m portability setup "$tool"
+    fi
+  done
 fi
 say "ready"

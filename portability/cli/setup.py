@@ -38,31 +38,28 @@ def mxnet(
     return 0
 
 
+def _tool(module: str) -> int:
+    import importlib
+
+    m = importlib.import_module(f"portability.converters.{module}")
+    try:
+        d = m.provision(log=lambda line: typer.echo(line, err=True))
+    except RuntimeError as e:
+        typer.echo(f"error: {m.TOOL.package} {m.VERSION} could not be installed: {e}", err=True)
+        return 1
+    typer.echo(f"{m.TOOL.package} {m.VERSION} ready: {d}")
+    return 0
+
+
 @app.command("onnx2tf2")
 def onnx2tf2() -> int:
-    """Install onnx2tf 2.x (its direct TFLite backend) into a package folder of its own in the cache dir: the
-    second ONNX -> TFLite converter, taken with --via TfliteFromOnnx2. About a second, once."""
-    from portability.converters import onnx2tf2 as o2
-
-    try:
-        d = o2.provision(log=lambda m: typer.echo(m, err=True))
-    except RuntimeError as e:
-        typer.echo(f"error: onnx2tf {o2.VERSION} could not be installed: {e}", err=True)
-        return 1
-    typer.echo(f"onnx2tf {o2.VERSION} ready: {d}")
-    return 0
+    """Install onnx2tf 2.x (its direct TFLite backend) into a package folder of its own: the second ONNX ->
+    TFLite converter, taken with --via TfliteFromOnnx2. About a second, once."""
+    return _tool("onnx2tf2")
 
 
 @app.command("litert-torch")
 def litert_torch() -> int:
-    """Build litert-torch's virtual environment in the cache dir (it sees this environment's packages; torch,
-    TensorFlow and numpy stay the installed ones): PyTorch's native route to TFLite. Half a minute, once."""
-    from portability.converters import litert_torch as lt
-
-    try:
-        d = lt.provision(log=lambda m: typer.echo(m, err=True))
-    except RuntimeError as e:
-        typer.echo(f"error: litert-torch {lt.VERSION} could not be installed: {e}", err=True)
-        return 1
-    typer.echo(f"litert-torch {lt.VERSION} ready: {d}")
-    return 0
+    """Build litert-torch's virtual environment (it sees this environment's packages; torch, TensorFlow and
+    numpy stay the installed ones): PyTorch's native route to TFLite. Half a minute, once."""
+    return _tool("litert_torch")

@@ -13,56 +13,38 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from portability.converters.base import ConvertContext, Converter, package_version, run_tool
 from portability.core.artifact import Artifact
-from portability.core.errors import ConvertError, Unavailable
+from portability.converters.tools import Tool
+from portability.core.errors import ConvertError
 
 VERSION = "0.10.0"
-_READY = ".ready"
-
-
-def env_dir() -> Path:
-    from portability.core.dirs import tools_root
-
-    return tools_root() / f"litert-torch-{VERSION}"
+TOOL = Tool("litert-torch", "litert-torch", VERSION, "bin/python")
 
 
 def python() -> Path:
-    return env_dir() / "bin" / "python"
+    return TOOL.folder / "bin" / "python"
 
 
 def status() -> tuple[bool, str]:
-    if (env_dir() / _READY).is_file() and python().is_file():
-        return True, f"litert-torch {VERSION} ready: {env_dir()}"
-    return False, f"litert-torch {VERSION} is not provisioned ({env_dir()} is missing)"
+    return TOOL.status()
 
 
 def provision(log: Callable[[str], None] = print) -> Path:
     """A virtual environment seeing this one's packages, with litert-torch and its own dependencies installed
-    over them (torch held at this environment's version); idempotent, about half a minute."""
-    if status()[0]:
-        return env_dir()
-    shutil.rmtree(env_dir(), ignore_errors=True)
-    env_dir().parent.mkdir(parents=True, exist_ok=True)
-    pins = env_dir().parent / f"litert-torch-{VERSION}.constraints"
-    pins.write_text(f"torch=={package_version('torch')}\ntensorflow-cpu=={package_version('tensorflow-cpu')}\n"
-                    f"numpy=={package_version('numpy')}\nai-edge-litert=={package_version('ai-edge-litert')}\n")
-    for cmd in ([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir())],
-                [str(python()), "-m", "pip", "install", "-q", "-c", str(pins), f"litert-torch=={VERSION}"]):
-        log("$ " + " ".join(cmd))
-        p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if p.returncode != 0:
-            lines = [ln for ln in (p.stderr + p.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
-            raise RuntimeError((lines or [f"exit {p.returncode}"])[-1])
-    (env_dir() / _READY).write_text(VERSION)
-    log(f"litert-torch {VERSION}: {env_dir()}")
-    return env_dir()
+    over them (torch, TensorFlow, numpy and LiteRT held at this environment's versions); idempotent, about half
+    a minute."""
+    def commands(d: Path) -> list[list[str]]:
+        pins = d.parent / f"litert-torch-{VERSION}.constraints"
+        pins.write_text("".join(f"{p}=={package_version(p)}\n" for p in ("torch", "tensorflow-cpu", "numpy", "ai-edge-litert")))
+        return [[sys.executable, "-m", "venv", "--system-site-packages", str(d)],
+                [str(d / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(pins), f"litert-torch=={VERSION}"]]
+
+    return TOOL.provision(commands, log)
 
 
 class TfliteFromTorch(Converter):
@@ -78,9 +60,8 @@ class TfliteFromTorch(Converter):
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         from portability.converters.tflite_layout import describe_tflite
 
-        ok, why = status()
-        if not ok:
-            raise Unavailable(why, "portability setup litert-torch (scripts/setup.sh runs it)")
+        if not status()[0]:
+            raise TOOL.unavailable()
         sig = ctx.signature or {}
         shapes = {t["name"]: (ctx.input_shapes or {}).get(t["name"]) or [d or 1 for d in t["shape"]] for t in sig.get("inputs", [])}
         spec = json.dumps({"inputs": [[t["name"], shapes[t["name"]], t["dtype"]] for t in sig.get("inputs", [])]})

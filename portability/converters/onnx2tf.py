@@ -156,6 +156,13 @@ def extra_args(args: Any) -> list[str]:
     return out
 
 
+def failed(p, onnx_path: Path, label: str = "onnx2tf") -> ConvertError:
+    """A failed onnx2tf run (``p``, a CompletedProcess) as the one-line ConvertError naming its op and node."""
+    what, op, node = failure(p.stdout, onnx_path)
+    where = (f" at {op}" if op else "") + (f" node '{node}'" if node else "")
+    return ConvertError(f"{label} failed (exit {p.returncode}){where}: {what}", op=op, node=node)
+
+
 def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
                 input_shapes: dict[str, list[int]] | None = None, args: list[str] | None = None) -> str:
     """Run onnx2tf on a copy of ``onnx_path`` into ``out`` (SavedModel with a signature + float tflite),
@@ -173,9 +180,7 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
                      PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         tflite = work / "out" / "model_float32.tflite"
         if p.returncode != 0 or not tflite.is_file():
-            what, op, node = failure(p.stdout, onnx_path)
-            where = (f" at {op}" if op else "") + (f" node '{node}'" if node else "")
-            raise ConvertError(f"onnx2tf failed (exit {p.returncode}){where}: {what}", op=op, node=node)
+            raise failed(p, onnx_path)
         shutil.move(str(work / "out"), str(out))
         return p.stdout
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,44 +20,24 @@ from typing import Any, Callable
 
 from portability.converters.base import ConvertContext, Converter, package_version, run_tool
 from portability.core.artifact import Artifact
-from portability.core.errors import ConvertError, Unavailable
+from portability.converters.tools import Tool
 
 VERSION = "2.6.9"
-_READY = ".ready"
-
-
-def env_dir() -> Path:
-    from portability.core.dirs import tools_root
-
-    return tools_root() / f"onnx2tf-{VERSION}"
+TOOL = Tool("onnx2tf2", "onnx2tf", VERSION, "site/onnx2tf")
 
 
 def site() -> Path:
-    return env_dir() / "site"
+    return TOOL.folder / "site"
 
 
 def status() -> tuple[bool, str]:
-    if (env_dir() / _READY).is_file() and (site() / "onnx2tf").is_dir():
-        return True, f"onnx2tf {VERSION} ready: {env_dir()}"
-    return False, f"onnx2tf {VERSION} is not provisioned ({env_dir()} is missing)"
+    return TOOL.status()
 
 
 def provision(log: Callable[[str], None] = print) -> Path:
     """Install onnx2tf 2.x (the package alone, no dependencies) into its folder; idempotent, about a second."""
-    if status()[0]:
-        return env_dir()
-    shutil.rmtree(env_dir(), ignore_errors=True)
-    env_dir().mkdir(parents=True)
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-requires-python", "--no-compile",
-           "--target", str(site()), f"onnx2tf=={VERSION}"]
-    log("$ " + " ".join(cmd))
-    p = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if p.returncode != 0:
-        lines = [ln for ln in (p.stderr + p.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
-        raise RuntimeError((lines or [f"pip exit {p.returncode}"])[-1])
-    (env_dir() / _READY).write_text(VERSION)
-    log(f"onnx2tf {VERSION}: {env_dir()}")
-    return env_dir()
+    return TOOL.provision(lambda d: [[sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-requires-python",
+                                      "--no-compile", "--target", str(d / "site"), f"onnx2tf=={VERSION}"]], log)
 
 
 class TfliteFromOnnx2(Converter):
@@ -73,14 +52,13 @@ class TfliteFromOnnx2(Converter):
         return f"1+onnx2tf{VERSION}+litert{package_version('ai-edge-litert')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        from portability.converters.onnx2tf import failure, meaningful_lines
+        from portability.converters.onnx2tf import failed, meaningful_lines
         from portability.converters.shapes import fix_input_shapes, onnx2tf_args
         from portability.converters.tflite_layout import describe_tflite
         from portability.core.model import read_signature
 
-        ok, why = status()
-        if not ok:
-            raise Unavailable(why, "portability setup onnx2tf2 (scripts/setup.sh runs it)")
+        if not status()[0]:
+            raise TOOL.unavailable()
         shapes = self.shapes_used(ctx)
         with tempfile.TemporaryDirectory(prefix="portability-onnx2tf2-") as scratch:
             work = Path(scratch)
@@ -98,9 +76,7 @@ class TfliteFromOnnx2(Converter):
                          PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
             tflite = work / "out" / "model_float32.tflite"
             if p.returncode != 0 or not tflite.is_file():
-                what, op, node = failure(p.stdout, kept)
-                where = (f" at {op}" if op else "") + (f" node '{node}'" if node else "")
-                raise ConvertError(f"onnx2tf {VERSION} failed (exit {p.returncode}){where}: {what}", op=op, node=node)
+                raise failed(p, kept, f"onnx2tf {VERSION}")
             out = out_dir / "model.tflite"
             shutil.move(str(tflite), str(out))
             io = describe_tflite(out, sig, onnx_path=kept)

@@ -68,14 +68,19 @@ def _described(out: Path, meta: dict) -> Artifact:
     return Artifact(path=out, format="onnx", sha256="", meta=meta)
 
 
-class DynInt8FromOnnx(Converter):
+class _OrtQuant(Converter):
+    """ONNX in, ONNX out, by ONNX Runtime's tools; each makes one variant, asked for by its targets only."""
+
     output_format = "onnx"
-    variants = {"quant": ("dynint8",)}
     cost = 2  # never on a route that does not ask for it
     uses = ("onnxruntime",)
 
     def version(self) -> str:
         return "1+onnxruntime" + package_version("onnxruntime")
+
+
+class DynInt8FromOnnx(_OrtQuant):
+    variants = {"quant": ("dynint8",)}
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -91,15 +96,9 @@ class DynInt8FromOnnx(Converter):
         return _described(out, {"quantization": "dynamic int8 (onnxruntime.quantization)"})
 
 
-class QdqInt8FromOnnx(Converter):
-    output_format = "onnx"
+class QdqInt8FromOnnx(_OrtQuant):
     variants = {"quant": ("qdq",)}
-    cost = 2
-    uses = ("onnxruntime",)
     uses_calibration = True
-
-    def version(self) -> str:
-        return "1+onnxruntime" + package_version("onnxruntime")
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -134,14 +133,8 @@ class QdqInt8FromOnnx(Converter):
                                 "calibration": f"{source} ({n} samples)"})
 
 
-class Fp16FromOnnx(Converter):
-    output_format = "onnx"
+class Fp16FromOnnx(_OrtQuant):
     variants = {"quant": ("fp16",)}
-    cost = 2
-    uses = ("onnxruntime",)
-
-    def version(self) -> str:
-        return "1+onnxruntime" + package_version("onnxruntime")
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         import onnx
