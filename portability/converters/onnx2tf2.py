@@ -21,6 +21,7 @@ from typing import Any, Callable
 from portability.converters.base import ConvertContext, Converter, package_version, run_tool
 from portability.core.artifact import Artifact
 from portability.converters.tools import Tool
+from portability.core.errors import ConvertError
 
 VERSION = "2.6.9"
 TOOL = Tool("onnx2tf2", "onnx2tf", VERSION, "site/onnx2tf")
@@ -64,7 +65,10 @@ class TfliteFromOnnx2(Converter):
             work = Path(scratch)
             model = work / "model.onnx"
             if shapes:
-                fix_input_shapes(src.path, model, shapes)
+                try:
+                    fix_input_shapes(src.path, model, shapes)
+                except Exception as e:  # noqa: BLE001 — as the 1.x route says it
+                    raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
             else:
                 shutil.copyfile(src.path, model)  # onnx2tf rewrites its input in place
             kept = work / "source.onnx"
