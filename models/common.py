@@ -13,7 +13,10 @@ trains ``arch`` on the prepared dataset (``models.data.prepare``) within the pro
 - ``eval.npz``: the held-out samples every target is evaluated on (the first ``budget.eval`` test
   samples), ``x`` in the model's own input layout and dtype, ``y`` the labels;
 - ``meta.json``: :func:`write_meta`'s record (in-framework accuracy on those samples is the baseline of
-  the study's row; training history; the export's status and error).
+  the study's row; training history; the export's status and error);
+- ``weights.npz`` (PyTorch): the trained weights under their ``state_dict`` names, in module order — what
+  ``--weights-from`` loads into the Keras and MXNet definitions of the same architecture (the study's
+  same-weights experiment: no training, the weights converted layer by layer, see :func:`weight_groups`).
 
 Progress goes to stdout as JSON lines (``{"event": "epoch", ...}``). A failed export still writes
 ``meta.json`` with ``export.status = "error"`` and exits 0: the study reports it as a row. Exit status 1
@@ -43,6 +46,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--profile", default="quick", choices=sorted(spec.PROFILES))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--weights-from", type=Path, default=None,
+                   help="train nothing: load these weights (a PyTorch trainer's weights.npz) into this framework's "
+                        "definition, layouts converted (models.common.weight_groups), then evaluate and export")
     a = p.parse_args(argv)
     a.dataset = a.dataset or a.data.stem
     return a
@@ -130,7 +136,7 @@ def fit(args, data: dict, model, step, predict, export, x_eval, x_test) -> dict:
     :func:`write_meta` that every framework computes alike. ``predict(model, x) -> logits``;
     ``export(model, x_eval, logits, out) -> (file name, extra)``."""
     t0 = time.perf_counter()
-    history = train_loop(args, data, step, lambda: accuracy(predict(model, x_eval), data["y_eval"]))
+    history = [] if args.weights_from else train_loop(args, data, step, lambda: accuracy(predict(model, x_eval), data["y_eval"]))
     train_seconds = time.perf_counter() - t0
     logits = predict(model, x_eval)
     np.save(args.out / "eval_logits.npy", logits)
@@ -162,9 +168,40 @@ def write_meta(args, *, framework: str, version: str, data: dict, history: list[
             "train_samples": int(len(data["y_train"])), "eval_samples": int(len(data["y_eval"])),
             "test_samples": int(len(data["y_test"])), "train_seconds": round(train_seconds, 3),
             "history": history, "accuracy_eval": accuracy_eval, "accuracy_test": accuracy_test,
-            "params": int(params), "input": input_spec, "export": export, "python": sys.version.split()[0]}
+            "params": int(params), "input": input_spec, "export": export, "python": sys.version.split()[0],
+            "weights_from": str(args.weights_from) if args.weights_from else None}
     tmp = args.out / "meta.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
     os.replace(tmp, args.out / "meta.json")
     emit("done", accuracy_eval=accuracy_eval, export=export["status"])
     return meta
+
+
+def read_weights(path: Path) -> dict:
+    """A ``weights.npz`` (``--weights-from``): name → float32 array, in the file's order (no pickles)."""
+    with np.load(path, allow_pickle=False) as z:
+        return {k: np.asarray(z[k], dtype=np.float32) for k in z.files}
+
+
+def weight_groups(weights: dict) -> list[tuple[str, str, dict]]:
+    """PyTorch's weights grouped per layer, in module order: ``(prefix, kind, {suffix: array})`` with kind
+    ``conv`` (weight ``[O, I, kh, kw]``, bias?), ``dense`` (weight ``[out, in]``, bias), ``bn`` (weight γ,
+    bias β, running_mean, running_var), ``embed`` (weight ``[V, E]``) or ``lstm`` (weight_ih_l0 ``[4H, in]``,
+    weight_hh_l0 ``[4H, H]``, bias_ih_l0, bias_hh_l0; gates i, f, g, o). Each framework's loader converts
+    them to its own layouts."""
+    groups: dict[str, dict] = {}
+    for name, w in weights.items():
+        prefix, _, suffix = name.rpartition(".")
+        groups.setdefault(prefix, {})[suffix] = w
+    out = []
+    for prefix, g in groups.items():
+        if "running_mean" in g:
+            kind = "bn"
+        elif "weight_ih_l0" in g:
+            kind = "lstm"
+        elif g["weight"].ndim == 4:
+            kind = "conv"
+        else:
+            kind = "dense" if "bias" in g else "embed"
+        out.append((prefix, kind, g))
+    return out

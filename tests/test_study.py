@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -141,7 +142,8 @@ def test_the_quick_study_of_lenet5_in_every_framework(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args, word", [(("-f", "caffe"), "framework"), (("-m", "vgg"), "model"),
-                                         (("-d", "cifar"), "dataset"), (("-m", "lstm", "-d", "mnist"), "no model fits")])
+                                         (("-d", "cifar"), "dataset"), (("-m", "lstm", "-d", "mnist"), "no model fits"),
+                                         (("-f", "keras,mxnet", "--same-weights"), "same-weights")])
 def test_study_usage_errors_are_one_line(args, word):
     p = run_cli("study", "--profile", "step", *args)
     assert p.returncode == 2
@@ -191,3 +193,46 @@ def test_localize_names_the_first_diverging_op_of_a_drifting_target(tmp_path):
     assert loc["op_type"] and loc["node"] and loc["method"] == "every node's outputs", loc
     assert "OnnxFromTorch" in loc["localized_on"]
     assert f"first diverging op {loc['op_type']} (node {loc['node']}" in md.read_text()
+
+
+@pytest.mark.mxnet
+def test_same_weights_loads_pytorchs_weights_into_keras_and_mxnet(tmp_path):
+    """--quick --seeds 2 --same-weights: PyTorch's LeNet-1 of each seed loaded into the Keras and MXNet
+    definitions without training; their logits on the same samples (recomputed here from each model's own
+    files) agree with PyTorch's to float32 rounding, the JSON's ``same_weights`` section says so per framework
+    with mean and std over the seeds, and the loaded models are deployed as rows of their own."""
+    import numpy as np
+
+    from portability.core import mxnet_env
+
+    ok, why = mxnet_env.status()
+    if not ok:
+        pytest.skip(why)
+    out, md = tmp_path / "s.json", tmp_path / "s.md"
+    p = run_cli("study", "--quick", "-m", "lenet1", "-t", "server/ort-cpu", "--seeds", "2", "--same-weights",
+                "--json", str(out), "--markdown", str(md), timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads(out.read_text())
+    own = sorted((r["framework"], r["seed"]) for r in s["rows"] if r["weights"] == "own")
+    moved = {(r["framework"], r["seed"]): r for r in s["rows"] if r["weights"] == "torch"}
+    assert own == [(fw, seed) for fw in ("keras", "mxnet", "torch") for seed in (0, 1)]
+    assert sorted(moved) == [("keras", 0), ("keras", 1), ("mxnet", 0), ("mxnet", 1)]
+    for c in s["across_seeds"]["cells"]:  # mean and std per cell, over the own-weights rows only
+        assert c["accuracy"]["n"] == 2 and c["accuracy"]["std"] is not None
+    torch_dirs = {r["seed"]: Path(r["training"]["dir"]) for r in s["rows"] if r["framework"] == "torch"}
+    for (fw, seed), r in moved.items():
+        assert r["training"]["history"] == [] and r["training"]["weights_from"].startswith(str(torch_dirs[seed]))
+        mine = np.load(Path(r["training"]["dir"]) / "eval_logits.npy")
+        theirs = np.load(torch_dirs[seed] / "eval_logits.npy")
+        assert np.abs(mine - theirs).max() < 1e-4 and (mine.argmax(1) == theirs.argmax(1)).all(), (fw, seed)
+        assert r["same_weights"]["max_abs_vs_source"] == pytest.approx(float(np.abs(mine - theirs).max()))
+        t = next(t for t in r["targets"] if t["id"] == "server/ort-cpu")
+        assert t["status"] == "pass", t
+    cells = {c["framework"]: c for c in s["same_weights"]["cells"]}
+    assert sorted(cells) == ["keras", "mxnet"]
+    for c in cells.values():
+        assert c["accuracy"]["n"] == 2 and c["difference"]["mean"] == 0.0 and c["max_abs_vs_torch"] < 1e-4
+        assert c["targets"]["server/ort-cpu"]["accuracy"]["mean"] == c["targets"]["server/ort-cpu"]["accuracy_torch"]["mean"]
+    text = md.read_text()
+    assert "## Same weights: each framework with PyTorch's trained weights" in text
+    assert "keras (torch weights)" in text and "loading PyTorch's weights" in p.stderr

@@ -101,6 +101,56 @@ def export(model, x_eval: np.ndarray, logits: np.ndarray, out: Path):
     return "model.keras", {"input": model.inputs[0].name, "max_abs_vs_framework": diff, "backend": backend()}
 
 
+def _creation(layer) -> int:
+    """A layer's place among its kind in creation order (Keras names them ``conv2d``, ``conv2d_1``, …;
+    the functional model lists them in graph order, which puts a shortcut before the block's second conv)."""
+    tail = layer.name.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def transplant(model, weights: dict) -> None:
+    """Load PyTorch's trained weights (``models.common.weight_groups``) into this Keras model, layer by
+    layer in creation order, layouts converted: conv kernels ``[O, I, kh, kw]`` → ``[kh, kw, I, O]``; dense
+    ``[out, in]`` → ``[in, out]``, the first dense after ``Flatten`` with its inputs reordered from PyTorch's
+    channels-first flattening (C, H, W) to Keras's (H, W, C); batch norm γ, β, moving mean and variance as
+    they are; LSTM kernels transposed (both use gates i, f, g, o) and its two bias vectors summed (Keras has
+    one). A shape that does not fit raises."""
+    from models.common import weight_groups
+
+    kinds = {"conv": "Conv2D", "dense": "Dense", "bn": "BatchNormalization", "embed": "Embedding", "lstm": "LSTM"}
+    layers: dict[str, list] = {}
+    for layer in model.layers:
+        if layer.weights:
+            layers.setdefault(type(layer).__name__, []).append(layer)
+    for group in layers.values():
+        group.sort(key=_creation)
+    flatten = next((layer for layer in model.layers if type(layer).__name__ == "Flatten"), None)
+    after_flatten = flatten is not None
+    for prefix, kind, w in weight_groups(weights):
+        if not layers.get(kinds[kind]):
+            raise ValueError(f"PyTorch's {prefix} ({kind}) has no Keras layer left to go to")
+        layer = layers[kinds[kind]].pop(0)
+        if kind == "conv":
+            values = [w["weight"].transpose(2, 3, 1, 0)] + ([w["bias"]] if "bias" in w else [])
+        elif kind == "dense":
+            k = w["weight"]
+            if after_flatten:
+                h, wd, c = flatten.input.shape[1:]
+                k = k.reshape(len(k), c, h, wd).transpose(0, 2, 3, 1).reshape(len(k), -1)
+                after_flatten = False
+            values = [k.T, w["bias"]]
+        elif kind == "bn":
+            values = [w["weight"], w["bias"], w["running_mean"], w["running_var"]]
+        elif kind == "embed":
+            values = [w["weight"]]
+        else:
+            values = [w["weight_ih_l0"].T, w["weight_hh_l0"].T, w["bias_ih_l0"] + w["bias_hh_l0"]]
+        layer.set_weights([np.ascontiguousarray(v) for v in values])
+    left = [layer.name for group in layers.values() for layer in group]
+    if left:
+        raise ValueError(f"Keras layers without PyTorch weights: {', '.join(left)}")
+
+
 def main(argv=None) -> int:
     args = common.parse(argv)
     keras = configure(args.seed)
@@ -108,6 +158,8 @@ def main(argv=None) -> int:
     task = common.check_task(args, data)
     x_train, x_eval, x_test = (to_input(data[k]) for k in ("x_train", "x_eval", "x_test"))
     model = build(args.arch, classes_of(args, data))
+    if args.weights_from:
+        transplant(model, common.read_weights(args.weights_from))
     step = make_step(model, x_train, data["y_train"])
     fitted = common.fit(args, data, model, step, predict, export, x_eval, x_test)
     common.write_meta(

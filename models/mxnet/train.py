@@ -158,6 +158,22 @@ def export(net, x_eval: np.ndarray, logits: np.ndarray, out: Path):
     return "model.onnx", {**extra, "max_abs_vs_framework": diff, "onnxruntime": ort.__version__}
 
 
+def transplant(net, weights: dict) -> None:
+    """Load PyTorch's trained weights (``models.common.weight_groups``) into this MXNet network: Gluon
+    keeps PyTorch's layouts (conv ``[O, I, kh, kw]``, dense ``[out, in]``, channels-first flattening, LSTM
+    ``[4H, in]`` with gates i, f, g, o and two bias vectors, batch norm γ, β, running mean and variance) and
+    registers its parameters in the same order as PyTorch's ``state_dict``: copied one to one, each shape
+    checked."""
+    params = list(net.collect_params().values())
+    arrays = list(weights.items())
+    if len(params) != len(arrays):
+        raise ValueError(f"MXNet's network has {len(params)} parameters, PyTorch's weights {len(arrays)}")
+    for p, (name, w) in zip(params, arrays):
+        if tuple(p.shape) != w.shape:
+            raise ValueError(f"PyTorch's {name} {w.shape} does not fit MXNet's {p.name} {tuple(p.shape)}")
+        p.set_data(mx.nd.array(w, ctx=CTX, dtype=np.float32))
+
+
 def main(argv=None) -> int:
     args = common.parse(argv)
     configure(args.seed)
@@ -165,6 +181,8 @@ def main(argv=None) -> int:
     task = common.check_task(args, data)
     x_train, x_eval, x_test = (to_input(data[k]) for k in ("x_train", "x_eval", "x_test"))
     net = build(args.arch, classes_of(args, data))
+    if args.weights_from:
+        transplant(net, common.read_weights(args.weights_from))
     step = make_step(net, trainer(net, args.arch), x_train, data["y_train"])
     fitted = common.fit(args, data, net, step, predict, export, x_eval, x_test)
     exp = fitted["export"]

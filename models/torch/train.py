@@ -1,7 +1,7 @@
 """``python -m models.torch.train --arch lenet5 --data mnist.npz --profile quick --seed 0 --out DIR``:
 train one study model in PyTorch, evaluate it in eager mode, export it with ``torch.export`` (dynamic
 batch) to ``DIR/model.pt2``. Contract and outputs: ``models.common``; also ``DIR/eval_logits.npy``, the
-eager model's logits on ``eval.npz``'s samples."""
+eager model's logits on ``eval.npz``'s samples, and ``DIR/weights.npz``, the trained weights (``save_weights``)."""
 from __future__ import annotations
 
 import os
@@ -101,6 +101,13 @@ def export(model, x_eval: np.ndarray, eager_logits: np.ndarray, out: Path):
     return "model.pt2", {"input": inputs[0], "max_abs_vs_framework": diff, "dynamic_batch": [1, MAX_BATCH]}
 
 
+def save_weights(model, path: Path) -> None:
+    """The trained weights under their ``state_dict`` names, in module order (BatchNorm's step counter
+    left out): what ``--weights-from`` loads into the other frameworks (``models.common.weight_groups``)."""
+    np.savez(path, **{k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()
+                      if not k.endswith("num_batches_tracked")})
+
+
 def main(argv=None) -> int:
     args = common.parse(argv)
     configure(args.seed)
@@ -109,7 +116,10 @@ def main(argv=None) -> int:
     x_train, x_eval, x_test = (to_input(data[k]) for k in ("x_train", "x_eval", "x_test"))
     model = build(args.arch, classes_of(args, data))
     step = make_step(model, optimizer(model, args.arch), x_train, data["y_train"])
+    if args.weights_from:
+        raise SystemExit("--weights-from loads PyTorch's weights into Keras or MXNet; PyTorch trains its own")
     fitted = common.fit(args, data, model, step, predict, export, x_eval, x_test)
+    save_weights(model, args.out / "weights.npz")
     exp = fitted["export"]
     name = exp.get("input", "x")
     common.write_meta(

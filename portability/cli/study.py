@@ -68,6 +68,7 @@ def study(
     seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
     seeds: int = typer.Option(1, "--seeds", min=1, help="Train each framework, model and dataset this many times (seeds --seed, --seed+1, …): the tables give mean ± standard deviation, and a framework difference is called significant only beyond the seed spread (Welch's t-test)."),
     localize: bool = typer.Option(False, "--localize", help="Localize every drifting target (portability localize on the row's samples): its first diverging op, in the row's JSON and the failure table."),
+    same_weights: bool = typer.Option(False, "--same-weights", help="Also load each PyTorch model's trained weights into the Keras and MXNet definitions of the same architecture (layouts converted, no training), compare their outputs with PyTorch's before any export, and deploy them too: the frameworks' computation and export paths with the training taken out."),
     quiet: QuietOpt = False,
     cache_dir: Optional[Path] = None,
     jobs: Optional[int] = None,
@@ -91,7 +92,8 @@ def study(
         raise UsageError("give --quick or --profile, not both")
     o = StudyOptions(frameworks=_split(frameworks), archs=_split(models), datasets=_split(datasets), targets=targets,
                      profile=profile or ("quick" if quick else "full"), seed=seed, seeds=seeds,
-                     cache_dir=Path(cache_dir) if cache_dir else None, retrain=retrain, jobs=jobs, robustness=robustness, localize=localize)
+                     cache_dir=Path(cache_dir) if cache_dir else None, retrain=retrain, jobs=jobs, robustness=robustness, localize=localize,
+                     same_weights=same_weights)
     validate(o)
     outputs.require_writable(json_path, None, None, markdown_path)
     err = Console(stderr=True)

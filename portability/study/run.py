@@ -50,6 +50,9 @@ class StudyOptions:
     robustness: bool = False
     #: localize every drifting target (``portability localize``): its first diverging op in the row and tables
     localize: bool = False
+    #: also load each PyTorch model's trained weights into the Keras and MXNet definitions (no training) and
+    #: deploy those: rows with ``weights: "torch"`` and ``same_weights`` (their logits against PyTorch's)
+    same_weights: bool = False
 
 
 @dataclass
@@ -62,12 +65,14 @@ class StudyResult:
     seconds: dict = field(default_factory=lambda: {"train": 0.0, "check": 0.0, "data": 0.0, "total": 0.0})
 
     def to_dict(self) -> dict:
-        from portability.study.stats import across_seeds
+        from portability.study.stats import across_seeds, same_weights
 
         d = {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
              "options": self.options, "environment": self.environment, "datasets": self.datasets,
              "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows": self.rows}
         d["across_seeds"] = across_seeds(d)
+        if self.options.get("same_weights"):
+            d["same_weights"] = same_weights(d)
         return d
 
 
@@ -99,6 +104,8 @@ def validate(o: StudyOptions) -> list[tuple[str, str, str]]:
     cells = [(f, a, d) for a, d in s.pairs(archs, datasets) for f in fws]
     if not cells:
         raise UsageError("no model fits those datasets (image models take mnist/fashion, lstm takes rotten)")
+    if o.same_weights and ("torch" not in fws or len(fws) < 2):
+        raise UsageError("--same-weights loads PyTorch's trained weights into the other frameworks: give torch and keras and/or mxnet")
     return cells
 
 
@@ -195,6 +202,7 @@ class _Study:
             options={"frameworks": sorted({c[0] for c in self.cells}, key=s.FRAMEWORKS.index),
                      "models": sorted({c[1] for c in self.cells}), "datasets": sorted({c[2] for c in self.cells}),
                      "targets": self.targets, "profile": o.profile, "seed": o.seed, "seeds": o.seeds, "robustness": o.robustness, "localize": o.localize,
+                     "same_weights": o.same_weights,
                      "zoo": str(root)},
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
         self.data_paths: dict[str, Path | None] = {}
@@ -203,11 +211,15 @@ class _Study:
         t_all = time.perf_counter()
         for d in sorted({c[2] for c in self.cells}):
             self._dataset(d)
-        runs = [(c, seed) for c in self.cells for seed in range(self.o.seed, self.o.seed + max(1, self.o.seeds))]
-        for i, ((fw, arch, d), seed) in enumerate(runs, 1):
-            row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed,
+        seeds = range(self.o.seed, self.o.seed + max(1, self.o.seeds))
+        runs = [(c, seed, "own") for c in self.cells for seed in seeds]
+        if self.o.same_weights:  # after every own-weights row: PyTorch's weights in the other frameworks
+            runs += [(c, seed, "torch") for c in self.cells if c[0] != "torch" for seed in seeds]
+        for i, ((fw, arch, d), seed, weights) in enumerate(runs, 1):
+            row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed, "weights": weights,
                    "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
-            label = f"[{i}/{len(runs)}] {fw} {arch} on {d}" + (f", seed {seed}" if self.o.seeds > 1 else "")
+            label = f"[{i}/{len(runs)}] {fw} {arch} on {d}" + (f", seed {seed}" if self.o.seeds > 1 else "") + \
+                (" with PyTorch's weights" if weights == "torch" else "")
             self._cell(row, label, {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
             self.result.rows.append(row)
             self.progress.row_done(row)
@@ -235,11 +247,16 @@ class _Study:
             row["training"] = {"status": "skipped", "error": why}
             row["targets"] = _failed_row_targets(source_format, self.targets, "skipped", why)
             return
-        self.progress.stage(f"{label}: training")
+        self.progress.stage(f"{label}: " + ("loading PyTorch's weights" if row["weights"] == "torch" else "training"))
         t0 = time.perf_counter()
         try:
+            source = None
+            if row["weights"] == "torch":  # PyTorch's model of the same seed (trained, or from the cache)
+                source = zoo.train("torch", arch, d, self.data_paths[d], self.o.profile, row["seed"], self.cache,
+                                   on_event=self.progress.training)
             trained = zoo.train(fw, arch, d, self.data_paths[d], self.o.profile, row["seed"], self.cache,
-                                on_event=self.progress.training, retrain=self.o.retrain)
+                                on_event=self.progress.training, retrain=self.o.retrain,
+                                weights_from=source.dir / "weights.npz" if source else None)
         except zoo.TrainingFailed as e:
             status = "skipped" if zoo.python_for(fw)[0] is None else "error"
             row["training"] = {"status": status, "error": str(e)}
@@ -248,6 +265,8 @@ class _Study:
         finally:
             self.result.seconds["train"] += time.perf_counter() - t0
         _record_training(row, trained)
+        if source is not None:
+            row["same_weights"] = _against_source(trained, source)
         if not trained.exported:
             why = f"{fw} export failed: {row['export'].get('error') or 'no model file'}"
             row["targets"] = _failed_row_targets(source_format, self.targets, "convert-error", why)
@@ -319,13 +338,27 @@ class _Study:
         return run_check(trained.model, opts, self.progress.check_progress(), model=info).to_dict()
 
 
+def _against_source(trained, source) -> dict:
+    """A same-weights model against the PyTorch model whose weights it holds, before any export: their
+    logits on the same eval samples (each computed by its own framework)."""
+    import numpy as np
+
+    a, b = (np.load(t.dir / "eval_logits.npy", allow_pickle=False) for t in (trained, source))
+    same = a.shape == b.shape and a.size > 0
+    return {"from": str(source.dir), "accuracy": trained.meta.get("accuracy_eval"),
+            "accuracy_source": source.meta.get("accuracy_eval"),
+            "max_abs_vs_source": float(np.abs(a - b).max()) if same else None,
+            "top1_agreement_vs_source": float((a.argmax(-1) == b.argmax(-1)).mean()) if same else None}
+
+
 def _record_training(row: dict, trained) -> None:
     meta = trained.meta
     row.update(
         framework_version=meta.get("version"), params=meta.get("params"), input=meta.get("input"),
         training={"status": "ok", "cached": trained.cached, "seconds": meta.get("train_seconds"),
                   "epochs": len(meta.get("history") or []), "train_samples": meta.get("train_samples"),
-                  "history": meta.get("history"), "dir": str(trained.dir)},
+                  "history": meta.get("history"), "dir": str(trained.dir),
+                  **({"weights_from": meta["weights_from"]} if meta.get("weights_from") else {})},
         baseline={"accuracy": meta.get("accuracy_eval"), "accuracy_test": meta.get("accuracy_test"),
                   "eval_samples": meta.get("eval_samples"), "test_samples": meta.get("test_samples")},
         export={k: v for k, v in (meta.get("export") or {}).items() if k != "traceback"})

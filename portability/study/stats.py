@@ -5,6 +5,10 @@ beyond the seed spread.
 - ``cells``: per (framework, model, dataset): the framework's own accuracy (eval samples) over the seeds
   (``mean``, ``std`` — the sample standard deviation, n - 1 —, ``n``, ``values``), and per target the
   deployed accuracy and its change against the framework's own, likewise.
+- ``same_weights`` (``study --same-weights``): per (model, dataset) and framework holding PyTorch's weights,
+  over the seeds: its own accuracy, PyTorch's, their difference, the worst logit difference and the top-1
+  agreement against PyTorch on the same samples before any export, and per target the deployed accuracy
+  next to PyTorch's deployed model's.
 - ``framework_differences``: per (model, dataset) and pair of frameworks, the difference of mean accuracy
   and Welch's t-test (unequal variances) over the seeds; ``significant`` when p < 0.05, and never with
   fewer than two seeds on a side (the spread is unknown: ``undecided``).
@@ -26,13 +30,18 @@ def summary(values: list[float]) -> dict:
     return {"mean": mean, "std": std, "n": n, "values": v}
 
 
+def own_rows(study: dict) -> list[dict]:
+    """The rows of models trained in their own framework (not the same-weights experiment's)."""
+    return [r for r in study["rows"] if r.get("weights", "own") == "own"]
+
+
 def _key(r: dict) -> tuple[str, str, str]:
     return r["framework"], r["arch"], r["dataset"]
 
 
 def cells(study: dict) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
-    for r in study["rows"]:
+    for r in own_rows(study):
         groups.setdefault(_key(r), []).append(r)
     out = []
     for (fw, arch, d), rows in groups.items():
@@ -85,3 +94,40 @@ def across_seeds(study: dict) -> dict:
     """The study JSON's ``seeds`` section."""
     cs = cells(study)
     return {"cells": cs, "framework_differences": framework_differences(cs), "test": TEST}
+
+
+SAME_WEIGHTS = ("PyTorch's trained weights loaded into the framework's definition of the same architecture (layouts "
+                "converted, no training), evaluated in that framework on the same samples as PyTorch's model")
+
+
+def same_weights(study: dict) -> dict:
+    """The study JSON's ``same_weights`` section: per (model, dataset, framework) over the seeds, the
+    framework's accuracy with PyTorch's weights against PyTorch's own, their logits' worst difference and
+    top-1 agreement before any export, and per target the deployed accuracy beside PyTorch's (same seed)."""
+    torch_rows = {(r["arch"], r["dataset"], r["seed"]): r for r in own_rows(study) if r["framework"] == "torch"}
+    groups: dict[tuple, list[dict]] = {}
+    for r in study["rows"]:
+        if r.get("weights") == "torch" and r.get("same_weights"):
+            groups.setdefault((r["arch"], r["dataset"], r["framework"]), []).append(r)
+    out = []
+    for (arch, d, fw), rows in groups.items():
+        sw = [r["same_weights"] for r in rows]
+        src = [torch_rows.get((arch, d, r["seed"])) for r in rows]
+        targets = {}
+        for tid in dict.fromkeys(t["id"] for r in rows for t in r["targets"]):
+            mine = [t for r in rows for t in r["targets"] if t["id"] == tid]
+            theirs = [t for s in src if s for t in s["targets"] if t["id"] == tid]
+            targets[tid] = {"accuracy": summary([t.get("accuracy") for t in mine]),
+                            "accuracy_torch": summary([t.get("accuracy") for t in theirs]),
+                            "statuses": {s: sum(1 for t in mine if t["status"] == s) for s in dict.fromkeys(t["status"] for t in mine)},
+                            "statuses_torch": {s: sum(1 for t in theirs if t["status"] == s) for s in dict.fromkeys(t["status"] for t in theirs)}}
+        diffs = [x["accuracy"] - x["accuracy_source"] for x in sw
+                 if isinstance(x.get("accuracy"), (int, float)) and isinstance(x.get("accuracy_source"), (int, float))]
+        worst = [x["max_abs_vs_source"] for x in sw if isinstance(x.get("max_abs_vs_source"), (int, float))]
+        out.append({"arch": arch, "dataset": d, "framework": fw, "weights_from": "torch", "seeds": [r["seed"] for r in rows],
+                    "accuracy": summary([x.get("accuracy") for x in sw]),
+                    "accuracy_torch": summary([x.get("accuracy_source") for x in sw]),
+                    "difference": summary(diffs), "max_abs_vs_torch": max(worst) if worst else None,
+                    "top1_agreement_vs_torch": summary([x.get("top1_agreement_vs_source") for x in sw]),
+                    "targets": targets})
+    return {"what": SAME_WEIGHTS, "cells": out}

@@ -259,14 +259,54 @@ def seeds(study: dict) -> list[View]:
     return out
 
 
+def _pm_delta(x: dict) -> str:
+    if not x.get("n"):
+        return "–"
+    return f"{100 * x['mean']:+.1f}" + (f" ± {100 * x['std']:.1f}" if x["n"] > 1 else "")
+
+
+def _sci(v) -> str:
+    return f"{v:.1e}" if isinstance(v, (int, float)) else "–"
+
+
+def same_weights(study: dict) -> list[View]:
+    """The same-weights experiment: each framework holding PyTorch's trained weights, against PyTorch, before
+    any export (the frameworks' computation alone) and after deployment (each framework's export path)."""
+    from portability.study.stats import SAME_WEIGHTS, own_rows
+    from portability.study.stats import same_weights as section
+
+    sw = study.get("same_weights") or section(study)
+    if not sw["cells"]:
+        return []
+    rows = [[c["arch"], c["dataset"], c["framework"], _pm(c["accuracy_torch"]), _pm(c["accuracy"]),
+             _pm_delta(c["difference"]),
+             _sci(c["max_abs_vs_torch"]), _pm(c["top1_agreement_vs_torch"])] for c in sw["cells"]]
+    first = View("Same weights: each framework with PyTorch's trained weights, before any export, % (mean ± std over the seeds)",
+                 ["model", "dataset", "framework", "PyTorch", "framework", "Δ", "worst |Δ logit|", "top-1 agreement"], rows,
+                 [SAME_WEIGHTS + "; Δ: the framework's accuracy minus PyTorch's — any difference is the frameworks' "
+                  "computation, not training"])
+    derived = {**study, "rows": [r for r in own_rows(study) if r["framework"] == "torch"] +
+               [dict(r, framework=f"{r['framework']} (torch weights)") for r in study["rows"] if r.get("weights") == "torch"]}
+    deployed = deployed_accuracy(derived)
+    for v in deployed:
+        v.title = "Same weights: " + v.title[0].lower() + v.title[1:]
+        v.notes.append("every column holds the same trained weights (PyTorch's): a difference here comes from the "
+                       "framework's export and the converters after it")
+    return [first, *deployed]
+
+
 def views(study: dict) -> list[View]:
+    from portability.study.stats import own_rows
+
     many = (study.get("options") or {}).get("seeds", 1) > 1
+    weights = same_weights(study)
+    study = {**study, "rows": own_rows(study)}
     first = [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
              *robustness(study), failures(study)]
     if many:
         for v in first[:-1]:
             v.notes.append("with several seeds, this table shows each cell's first seed; the spread is under 'Across seeds'")
-    return ([*seeds(study)] if many else []) + first
+    return ([*seeds(study)] if many else []) + first + weights
 
 
 def to_markdown(study: dict) -> str:

@@ -95,13 +95,19 @@ class TrainingFailed(RuntimeError):
 
 
 def train(framework: str, arch: str, dataset: str, data_npz: Path, profile: str, seed: int, cache: Path,
-          on_event: Callable[[dict], None] = lambda e: None, retrain: bool = False, timeout_s: float = 7200) -> Trained:
+          on_event: Callable[[dict], None] = lambda e: None, retrain: bool = False, timeout_s: float = 7200,
+          weights_from: Path | None = None) -> Trained:
     """The trained model (from the cache when it is there). Raises TrainingFailed with the last lines of
-    the trainer's output when training itself fails (an export that fails is a result, in meta)."""
+    the trainer's output when training itself fails (an export that fails is a result, in meta).
+    ``weights_from``: train nothing, load these PyTorch weights (``weights.npz``) into ``framework``'s
+    definition (the same-weights experiment); cached by the weights' digest."""
     argv, why = python_for(framework)
     if argv is None:
         raise TrainingFailed(why)
-    key = f"{framework}-{arch}-{dataset}-{profile}-s{seed}-{code_digest(framework)}"
+    if weights_from is not None and not Path(weights_from).is_file():
+        raise TrainingFailed(f"no weights to load: {weights_from} (the PyTorch model was trained before weights were kept: --retrain)")
+    wkey = f"-w{hashlib.sha256(Path(weights_from).read_bytes()).hexdigest()[:12]}" if weights_from else ""
+    key = f"{framework}-{arch}-{dataset}-{profile}-s{seed}{wkey}-{code_digest(framework)}"
     out = cache / "models" / key
     meta_path = out / "meta.json"
     if meta_path.is_file() and not retrain:
@@ -112,7 +118,8 @@ def train(framework: str, arch: str, dataset: str, data_npz: Path, profile: str,
     env = dict(os.environ, PYTHONPATH=str(zoo_root().parent), PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONWARNINGS="ignore")
     cmd = argv + ["-m", f"models.{framework}.train", "--arch", arch, "--data", str(data_npz), "--dataset", dataset,
-                  "--profile", profile, "--seed", str(seed), "--out", str(tmp)]
+                  "--profile", profile, "--seed", str(seed), "--out", str(tmp)] + \
+        (["--weights-from", str(Path(weights_from).resolve())] if weights_from else [])
     t0, tail = time.perf_counter(), []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=str(tmp), start_new_session=True)
