@@ -58,6 +58,13 @@ def test_a_torch_row_deploys_and_a_second_run_trains_nothing(tmp_path):
     assert row2["training"]["cached"] is True
     assert row2["training"]["dir"] == row["training"]["dir"]
     assert again["seconds"]["train"] < 5, "a cached model is not trained again"
+    # nor checked again: the finished row comes from the study's state, as an audit's models do
+    assert row2.get("resumed") is True and "resumed" not in row
+    assert row2["targets"] == row["targets"] and row2["check"]["created_at"] == row["check"]["created_at"]
+    # other deployment settings are another row: checked now
+    other = _study(tmp_path, frameworks=["torch"], archs=["lenet1"], targets="server/ort-cpu,server/ort-int8")
+    (row3,) = other["rows"]
+    assert "resumed" not in row3 and "server/ort-int8" in {t["id"] for t in row3["targets"]}
 
 
 def test_a_failed_export_is_a_row_of_failures_not_a_crash(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ class _Progress:
 
     def stage(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(f"[bold]{text}[/]", highlight=False)
+            self.console.print(f"[bold]{text}[/]", highlight=False, soft_wrap=True)
 
     def training(self, e: dict) -> None:
         if self.quiet or e.get("event") != "epoch":
@@ -45,6 +45,8 @@ class _Progress:
             return
         if tr.get("cached"):
             self.console.print(f"  trained model from the cache ({tr.get('dir')})", highlight=False)
+        if row.get("resumed"):
+            self.console.print("  checked by an earlier run of the same study with the same settings: its results kept", highlight=False)
         exp = row.get("export") or {}
         if exp.get("status") != "ok":
             self.console.print(f"  [red]export failed[/]: {exp.get('error', '')}", highlight=False, soft_wrap=True)
@@ -62,13 +64,13 @@ def study(
     profile: Optional[str] = typer.Option(None, "--profile", help="Training profile by name (quick, full, or step: one optimizer step, for tests); --quick is --profile quick.", hidden=False),
     json_path: Optional[Path] = typer.Option(Path("study.json"), "--json", help="Write the study's JSON here (every check report plus the study's tables' rows)."),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="Also write the study's tables as Markdown."),
-    robustness: bool = typer.Option(False, "--robustness", help="Measure robustness on every target too (check --robustness)."),
-    retrain: bool = typer.Option(False, "--retrain", help="Train again even when the model is in the cache."),
+    robustness: Optional[bool] = typer.Option(None, "--robustness/--no-robustness", help="Measure robustness on every target too (check --robustness: random perturbations, FGSM and PGD). Default: on in the full profile, off otherwise."),
+    retrain: bool = typer.Option(False, "--retrain", help="Train and check again even when the model and its results are in the cache (a stopped study otherwise resumes where it stopped)."),
     tables_of: Optional[Path] = typer.Option(None, "--tables", help="Run nothing: print the tables of a study's JSON (and write --markdown)."),
     seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
-    seeds: int = typer.Option(1, "--seeds", min=1, help="Train each framework, model and dataset this many times (seeds --seed, --seed+1, …): the tables give mean ± standard deviation, and a framework difference is called significant only beyond the seed spread (Welch's t-test)."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Train each framework, model and dataset this many times (seeds --seed, --seed+1, …): the tables give mean ± standard deviation, and a framework difference is called significant only beyond the seed spread (Welch's t-test). Default: 3 in the full profile, 1 otherwise."),
     localize: bool = typer.Option(False, "--localize", help="Localize every drifting target (portability localize on the row's samples): its first diverging op, in the row's JSON and the failure table."),
-    same_weights: bool = typer.Option(False, "--same-weights", help="Also load each PyTorch model's trained weights into the Keras and MXNet definitions of the same architecture (layouts converted, no training), compare their outputs with PyTorch's before any export, and deploy them too: the frameworks' computation and export paths with the training taken out."),
+    same_weights: Optional[bool] = typer.Option(None, "--same-weights/--no-same-weights", help="Also load each PyTorch model's trained weights into the Keras and MXNet definitions of the same architecture (layouts converted, no training), compare their outputs with PyTorch's before any export, and deploy them too: the frameworks' computation and export paths with the training taken out. Default: on in the full profile."),
     quiet: QuietOpt = False,
     cache_dir: Optional[Path] = None,
     jobs: Optional[int] = None,

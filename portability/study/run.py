@@ -32,6 +32,9 @@ EMULATED_SAMPLES = {"quick": 50, "full": 100, "step": 8}
 #: latency sampling per profile (check's --warmup, --runs, --time-budget): a study times a dozen models
 #: on every target, so each target gets a few seconds at most (the report gives each one's run count)
 TIMING = {"quick": (3, 20, 3.0), "full": (5, 30, 5.0), "step": (1, 5, 2.0)}
+#: what a profile does unless told otherwise: the full profile is the study as a study (three seeds, robustness,
+#: and the same-weights experiment when PyTorch and another framework are in it)
+PROFILE_DEFAULTS = {"full": {"seeds": 3, "robustness": True, "same_weights": True}}
 
 
 @dataclass
@@ -43,16 +46,18 @@ class StudyOptions:
     profile: str = "quick"
     seed: int = 0
     #: trainings per (framework, model, dataset), with seeds seed, seed+1, …: the tables give mean ± std
-    seeds: int = 1
+    #: (None: the profile's default, ``PROFILE_DEFAULTS``)
+    seeds: int | None = None
     cache_dir: Path | None = None
     retrain: bool = False
     jobs: int | None = None
-    robustness: bool = False
+    #: robustness on every target (check --robustness); None: the profile's default
+    robustness: bool | None = None
     #: localize every drifting target (``portability localize``): its first diverging op in the row and tables
     localize: bool = False
     #: also load each PyTorch model's trained weights into the Keras and MXNet definitions (no training) and
     #: deploy those: rows with ``weights: "torch"`` and ``same_weights`` (their logits against PyTorch's)
-    same_weights: bool = False
+    same_weights: bool | None = None
 
 
 @dataclass
@@ -107,6 +112,12 @@ def validate(o: StudyOptions) -> list[tuple[str, str, str]]:
     if o.same_weights and ("torch" not in fws or len(fws) < 2):
         raise UsageError("--same-weights loads PyTorch's trained weights into the other frameworks: give torch and keras and/or mxnet")
     return cells
+
+
+def _can_share(o: StudyOptions) -> bool:
+    """Whether the same-weights experiment has something to compare: PyTorch and another framework."""
+    fws = o.frameworks or zoo.spec().FRAMEWORKS
+    return "torch" in fws and len(fws) > 1
 
 
 def _environment() -> dict:
@@ -188,6 +199,12 @@ class _Study:
     def __init__(self, o: StudyOptions, progress: Progress):
         from portability.core.dirs import default_root
 
+        from dataclasses import replace
+
+        given = PROFILE_DEFAULTS.get(o.profile, {})
+        o = replace(o, seeds=o.seeds or given.get("seeds", 1),
+                    robustness=given.get("robustness", False) if o.robustness is None else o.robustness,
+                    same_weights=bool(given.get("same_weights")) and _can_share(o) if o.same_weights is None else o.same_weights)
         self.o, self.progress = o, progress
         self.cells = validate(o)
         root = zoo.zoo_root()
@@ -206,8 +223,18 @@ class _Study:
                      "zoo": str(root)},
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
         self.data_paths: dict[str, Path | None] = {}
+        from portability.engine.audit import State
+
+        self.state = State(self.cache / "rows")  # finished rows, one file each, written atomically
+        self.session = None
 
     def run(self) -> StudyResult:
+        """Every row, in one session (``engine/session.py``: the browsers, the ARM64 emulator and the warm
+        worker pool start once for the whole study); a row already checked with the same model and settings
+        (``_row_key``) comes from the study's state, as an audit's models do: a stopped study resumes."""
+        from portability.core.sandbox import default_mode
+        from portability.engine.session import Session
+
         t_all = time.perf_counter()
         for d in sorted({c[2] for c in self.cells}):
             self._dataset(d)
@@ -215,14 +242,15 @@ class _Study:
         runs = [(c, seed, "own") for c in self.cells for seed in seeds]
         if self.o.same_weights:  # after every own-weights row: PyTorch's weights in the other frameworks
             runs += [(c, seed, "torch") for c in self.cells if c[0] != "torch" for seed in seeds]
-        for i, ((fw, arch, d), seed, weights) in enumerate(runs, 1):
-            row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed, "weights": weights,
-                   "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
-            label = f"[{i}/{len(runs)}] {fw} {arch} on {d}" + (f", seed {seed}" if self.o.seeds > 1 else "") + \
-                (" with PyTorch's weights" if weights == "torch" else "")
-            self._cell(row, label, {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
-            self.result.rows.append(row)
-            self.progress.row_done(row)
+        with Session(default_mode(), (str(self.cache / "models"),)) as self.session:
+            for i, ((fw, arch, d), seed, weights) in enumerate(runs, 1):
+                row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed, "weights": weights,
+                       "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
+                label = f"[{i}/{len(runs)}] {fw} {arch} on {d}" + (f", seed {seed}" if self.o.seeds > 1 else "") + \
+                    (" with PyTorch's weights" if weights == "torch" else "")
+                self._cell(row, label, {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
+                self.result.rows.append(row)
+                self.progress.row_done(row)
         self.result.seconds["total"] = time.perf_counter() - t_all
         return self.result
 
@@ -271,6 +299,11 @@ class _Study:
             why = f"{fw} export failed: {row['export'].get('error') or 'no model file'}"
             row["targets"] = _failed_row_targets(source_format, self.targets, "convert-error", why)
             return
+        key = self._row_key(row, trained)
+        done = None if self.o.retrain else self.state.get(key)
+        if done is not None:
+            row.update(done, resumed=True)
+            return
         self.progress.stage(f"{label}: deploying")
         t0 = time.perf_counter()
         try:
@@ -280,6 +313,21 @@ class _Study:
             row["targets"] = _failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
         finally:
             self.result.seconds["check"] += time.perf_counter() - t0
+        self.state.put(key, row)
+
+    def _row_key(self, row: dict, trained) -> str:
+        """What identifies a finished row: the trained model (its cache entry's name holds the zoo code's
+        digest, and the file's own digest), the deployment's settings and this version of portability."""
+        import hashlib
+        import json
+
+        import portability
+        from portability.core.artifact import sha256_files
+
+        doc = {"model": trained.dir.name, "sha256": sha256_files([trained.model]), "targets": self.targets,
+               "timing": self.timing, "robustness": self.o.robustness, "localize": self.o.localize, "seed": self.o.seed,
+               "emulated_samples": EMULATED_SAMPLES[self.o.profile], "weights": row["weights"], "version": portability.__version__}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 
     def _deploy(self, row: dict, trained, source_format: str) -> None:
         """Check the model on the row's targets; emulated ones on the first samples, in a check of their own."""
@@ -335,7 +383,7 @@ class _Study:
             extra["jobs"] = self.o.jobs
         opts = api.options(spec, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget,
                            seed=self.o.seed, cache_dir=self.cache_root, **extra)
-        return run_check(trained.model, opts, self.progress.check_progress(), model=info).to_dict()
+        return run_check(trained.model, opts, self.progress.check_progress(), model=info, session=self.session).to_dict()
 
 
 def _against_source(trained, source) -> dict:
