@@ -239,9 +239,10 @@ class _Study:
         for d in sorted({c[2] for c in self.cells}):
             self._dataset(d)
         seeds = range(self.o.seed, self.o.seed + max(1, self.o.seeds))
-        runs = [(c, seed, "own") for c in self.cells for seed in seeds]
-        if self.o.same_weights:  # after every own-weights row: PyTorch's weights in the other frameworks
-            runs += [(c, seed, "torch") for c in self.cells if c[0] != "torch" for seed in seeds]
+        # one round per seed (a study stopped midway has whole rounds); in each, the same-weights rows (PyTorch's
+        # weights in the other frameworks) after every own-weights row
+        runs = [(c, seed, w) for seed in seeds for w in ("own", "torch")[: 1 + bool(self.o.same_weights)]
+                for c in self.cells if w == "own" or c[0] != "torch"]
         with Session(default_mode(), (str(self.cache / "models"),)) as self.session:
             for i, ((fw, arch, d), seed, weights) in enumerate(runs, 1):
                 row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed, "weights": weights,
