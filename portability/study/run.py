@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from portability.core.errors import UsageError
-from portability.study import zoo
+from portability.study import rows, zoo
 
 STUDY_SCHEMA = 1
 
@@ -70,12 +70,14 @@ class StudyResult:
     seconds: dict = field(default_factory=lambda: {"train": 0.0, "check": 0.0, "data": 0.0, "total": 0.0})
 
     def to_dict(self) -> dict:
-        from portability.study.stats import across_seeds, same_weights
+        from portability.study.stats import across_seeds, robustness_moves, same_weights
 
         d = {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
              "options": self.options, "environment": self.environment, "datasets": self.datasets,
              "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows": self.rows}
         d["across_seeds"] = across_seeds(d)
+        if self.options.get("robustness"):
+            d["robustness_moves"] = robustness_moves(d)
         if self.options.get("same_weights"):
             d["same_weights"] = same_weights(d)
         return d
@@ -132,62 +134,6 @@ def _environment() -> dict:
     return {"python": platform.python_version(), "machine": platform.machine(), "system": platform.platform(),
             "packages": {p: v(p) for p in ("portability", "torch", "keras", "tensorflow-cpu", "onnx", "onnxruntime",
                                            "onnx2tf", "tf2onnx", "tensorflowjs", "ai-edge-litert", "playwright")}}
-
-
-def _targets_for(source_format: str, spec: str) -> list[str]:
-    from portability.engine import plan
-
-    return [t.id for t in plan.for_check(source_format, spec)[0]]
-
-
-def _split_emulated(source_format: str, spec: str) -> tuple[str, str]:
-    """(every target but the emulated ones, the emulated ones) as target specs (ids), reference first."""
-    from portability.core.target import load_class
-    from portability.engine import plan
-
-    targets = plan.for_check(source_format, spec)[0]
-    emu = [t.id for t in targets[1:] if getattr(load_class(t.runtime), "emulated", False)]
-    rest = [t.id for t in targets if t.id not in emu]
-    return ",".join(rest), ",".join(emu)
-
-
-def _baseline_on(trained, n: int) -> float | None:
-    """The in-framework accuracy on the first ``n`` eval samples (from the trainer's logits)."""
-    import numpy as np
-
-    logits, data = trained.dir / "eval_logits.npy", trained.eval_data
-    if not logits.is_file():
-        return None
-    with np.load(data, allow_pickle=False) as z:
-        y = z["y"][:n]
-    return float((np.load(logits, allow_pickle=False)[:n].argmax(-1) == y).mean())
-
-
-def _failed_row_targets(source_format: str, spec: str, status: str, why: str) -> list[dict]:
-    """The rows' targets for a model that never reached check: each with the status that stopped it."""
-    return [{"id": tid, "platform": tid.split("/")[0], "status": status, "error": why} for tid in _targets_for(source_format, spec)]
-
-
-def summarize_target(t: dict, baseline: float | None) -> dict:
-    """One target of a check report, as the study's tables read it."""
-    m = t.get("metrics") or {}
-    outs = m.get("outputs") or {}
-    worst = [o.get("max_abs") for o in outs.values() if isinstance(o.get("max_abs"), (int, float))]
-    lat = m.get("latency_ms") if isinstance(m.get("latency_ms"), dict) else {}
-    art = t.get("artifact") or {}
-    acc = m.get("accuracy")
-    convs = (t.get("details") or {}).get("conversions") or []
-    return {
-        "id": t["id"], "platform": t.get("platform"), "status": t["status"], "gating": t.get("gating"),
-        "error": t.get("error"), "op": t.get("op"), "device": t.get("device"),
-        "accuracy": acc, "accuracy_vs_framework": (acc - baseline) if isinstance(acc, (int, float)) and baseline is not None else None,
-        "top1_agreement": m.get("top1_agreement"), "max_abs": max(worst) if worst else None,
-        "format": art.get("format"), "size_bytes": art.get("size_bytes"), "gzip_bytes": art.get("gzip_bytes"),
-        "sha256": art.get("sha256"),
-        "p50_ms": lat.get("p50"), "p50_vs_reference": m.get("p50_vs_reference"), "emulated": bool(lat.get("emulated")),
-        "chain": [c.get("converter") for c in convs if c.get("converter")],
-        "robustness": m.get("robustness"),
-    }
 
 
 def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
@@ -274,7 +220,7 @@ class _Study:
         if self.data_paths[d] is None:
             why = self.result.datasets[d]["error"]
             row["training"] = {"status": "skipped", "error": why}
-            row["targets"] = _failed_row_targets(source_format, self.targets, "skipped", why)
+            row["targets"] = rows.failed_row_targets(source_format, self.targets, "skipped", why)
             return
         self.progress.stage(f"{label}: " + ("loading PyTorch's weights" if row["weights"] == "torch" else "training"))
         t0 = time.perf_counter()
@@ -289,16 +235,16 @@ class _Study:
         except zoo.TrainingFailed as e:
             status = "skipped" if zoo.python_for(fw)[0] is None else "error"
             row["training"] = {"status": status, "error": str(e)}
-            row["targets"] = _failed_row_targets(source_format, self.targets, "skipped", f"{fw} {arch}: training {status}: {e}")
+            row["targets"] = rows.failed_row_targets(source_format, self.targets, "skipped", f"{fw} {arch}: training {status}: {e}")
             return
         finally:
             self.result.seconds["train"] += time.perf_counter() - t0
-        _record_training(row, trained)
+        rows.record_training(row, trained)
         if source is not None:
-            row["same_weights"] = _against_source(trained, source)
+            row["same_weights"] = rows.against_source(trained, source)
         if not trained.exported:
             why = f"{fw} export failed: {row['export'].get('error') or 'no model file'}"
-            row["targets"] = _failed_row_targets(source_format, self.targets, "convert-error", why)
+            row["targets"] = rows.failed_row_targets(source_format, self.targets, "convert-error", why)
             return
         key = self._row_key(row, trained)
         done = None if self.o.retrain else self.state.get(key)
@@ -311,7 +257,7 @@ class _Study:
             self._deploy(row, trained, source_format)
         except UsageError as e:
             row["check"] = {"error": str(e)}
-            row["targets"] = _failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
+            row["targets"] = rows.failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
         finally:
             self.result.seconds["check"] += time.perf_counter() - t0
         self.state.put(key, row)
@@ -334,19 +280,19 @@ class _Study:
         """Check the model on the row's targets; emulated ones on the first samples, in a check of their own."""
         from portability.sources import load_source_isolated
 
-        main_spec, emu_spec = _split_emulated(source_format, self.targets)
+        main_spec, emu_spec = rows.split_emulated(source_format, self.targets)
         n_emu = min(EMULATED_SAMPLES[self.o.profile], int(trained.meta.get("eval_samples") or 0))
         info = load_source_isolated(trained.model)
         report = self._check(trained, info, main_spec)
         emu_report = self._check(trained, info, emu_spec, samples=n_emu) if emu_spec else None
         row["check"], row["reference"] = report, report["reference"]
         base = row["baseline"]["accuracy"]
-        row["targets"] = [dict(summarize_target(t, base), samples=report["inputs"]["samples"]) for t in report["targets"]]
+        row["targets"] = [dict(rows.summarize_target(t, base), samples=report["inputs"]["samples"]) for t in report["targets"]]
         if emu_report is not None:
             row["check_emulated"] = emu_report
-            base_emu = _baseline_on(trained, n_emu)
+            base_emu = rows.baseline_on(trained, n_emu)
             row["baseline"]["accuracy_emulated_samples"] = base_emu
-            row["targets"] += [dict(summarize_target(t, base_emu), samples=emu_report["inputs"]["samples"])
+            row["targets"] += [dict(rows.summarize_target(t, base_emu), samples=emu_report["inputs"]["samples"])
                                for t in emu_report["targets"][1:]]
         if self.o.localize:
             for t in row["targets"]:
@@ -385,29 +331,3 @@ class _Study:
         opts = api.options(spec, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget,
                            seed=self.o.seed, cache_dir=self.cache_root, **extra)
         return run_check(trained.model, opts, self.progress.check_progress(), model=info, session=self.session).to_dict()
-
-
-def _against_source(trained, source) -> dict:
-    """A same-weights model against the PyTorch model whose weights it holds, before any export: their
-    logits on the same eval samples (each computed by its own framework)."""
-    import numpy as np
-
-    a, b = (np.load(t.dir / "eval_logits.npy", allow_pickle=False) for t in (trained, source))
-    same = a.shape == b.shape and a.size > 0
-    return {"from": str(source.dir), "accuracy": trained.meta.get("accuracy_eval"),
-            "accuracy_source": source.meta.get("accuracy_eval"),
-            "max_abs_vs_source": float(np.abs(a - b).max()) if same else None,
-            "top1_agreement_vs_source": float((a.argmax(-1) == b.argmax(-1)).mean()) if same else None}
-
-
-def _record_training(row: dict, trained) -> None:
-    meta = trained.meta
-    row.update(
-        framework_version=meta.get("version"), params=meta.get("params"), input=meta.get("input"),
-        training={"status": "ok", "cached": trained.cached, "seconds": meta.get("train_seconds"),
-                  "epochs": len(meta.get("history") or []), "train_samples": meta.get("train_samples"),
-                  "history": meta.get("history"), "dir": str(trained.dir),
-                  **({"weights_from": meta["weights_from"]} if meta.get("weights_from") else {})},
-        baseline={"accuracy": meta.get("accuracy_eval"), "accuracy_test": meta.get("accuracy_test"),
-                  "eval_samples": meta.get("eval_samples"), "test_samples": meta.get("test_samples")},
-        export={k: v for k, v in (meta.get("export") or {}).items() if k != "traceback"})

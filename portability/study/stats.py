@@ -131,3 +131,43 @@ def same_weights(study: dict) -> dict:
                     "top1_agreement_vs_torch": summary([x.get("top1_agreement_vs_source") for x in sw]),
                     "targets": targets})
     return {"what": SAME_WEIGHTS, "cells": out}
+
+
+def _largest(attacks: dict, name: str) -> float | None:
+    rows = (attacks or {}).get(name) or []
+    top = max(rows, key=lambda a: a["epsilon"]) if rows else None
+    d = (top or {}).get("success_rate_delta")
+    return float(d) if isinstance(d, (int, float)) else None
+
+
+def robustness_moves(study: dict) -> dict:
+    """How robustness moved on deployment, per framework × platform (the own-weights rows, every model and
+    seed): each target's worst flip rate under random perturbations (its top-1 against the reference's on
+    the same perturbed input) and, per attack crafted on the source, its success rate minus the reference's
+    at the largest ε (positive: the deployed model is easier to fool)."""
+    groups: dict[tuple[str, str], dict[str, list]] = {}
+    for r in own_rows(study):
+        for t in r["targets"]:
+            rb = t.get("robustness")
+            if t["id"] == r.get("reference") or not isinstance(rb, dict) or not rb.get("available"):
+                continue
+            g = groups.setdefault((r["framework"], t.get("platform") or t["id"].split("/")[0]),
+                                  {"flip": [], "fgsm": [], "pgd": [], "targets": []})
+            g["targets"].append(f"{r['arch']}/s{r['seed']}/{t['id']}")
+            if isinstance(rb.get("worst_flip_rate"), (int, float)):
+                g["flip"].append(rb["worst_flip_rate"])
+            attacks = (rb.get("adversarial") or {}).get("attacks") or {}
+            for name in ("fgsm", "pgd"):
+                d = _largest(attacks, name)
+                if d is not None:
+                    g[name].append(d)
+    out = []
+    for (fw, platform), g in groups.items():
+        worst = max(g["flip"]) if g["flip"] else None
+        out.append({"framework": fw, "platform": platform, "measured": len(g["targets"]),
+                    "flip_rate": {**summary(g["flip"]), "max": worst},
+                    **{f"{a}_success_delta": {**summary(g[a]), "min": min(g[a]) if g[a] else None,
+                                              "max": max(g[a]) if g[a] else None} for a in ("fgsm", "pgd")}})
+    return {"what": "per framework × platform, over every model, seed and target that measured robustness: the worst flip "
+                    "rate under random perturbations, and the attacks' success rate minus the reference's at the largest ε",
+            "cells": out}

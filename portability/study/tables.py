@@ -184,7 +184,9 @@ def _where(t: dict) -> str:
         err = t.get("error") or ""
         if "export failed" in err:
             return f"{err.split(' export failed')[0]} exporter"
-        return chain[-1] if chain else "converter"
+        # the chain holds the conversions done: the one that failed is the route's first step not among them
+        failed = next((s for s in t.get("steps") or [] if s not in chain), None)
+        return failed or (chain[-1] if chain else "converter")
     return t["id"]
 
 
@@ -199,6 +201,8 @@ def failures(study: dict) -> View:
             w = _where(t)
             counts[w][r["framework"]] += 1
             why = t.get("error") or ("drift" if t["status"] == "drift" else t["status"])
+            if t.get("op") and str(t["op"]) not in str(why):
+                why = f"{why} (op {t['op']})"
             loc = t.get("localized") or {}
             if loc.get("op_type"):
                 why = f"{why}; first diverging op {loc['op_type']} (node {loc.get('node') or '?'}" + \
@@ -233,6 +237,29 @@ def robustness(study: dict) -> list[View]:
         v.notes.append("flip: top-1 differs from the reference's on the same perturbed input; fgsm/pgd: crafted on "
                        "the source model, success = the prediction differs from the true label")
     return views
+
+
+def robustness_moves(study: dict) -> list[View]:
+    """Robustness per framework × platform: how it moved on deployment, over every model, seed and target."""
+    from portability.study.stats import robustness_moves as section
+
+    cells = (study.get("robustness_moves") or section(study))["cells"]
+    if not cells:
+        return []
+
+    def spread(x: dict) -> str:
+        if not x.get("n"):
+            return "–"
+        return f"{100 * x['mean']:+.1f} [{100 * x['min']:+.1f}, {100 * x['max']:+.1f}]"
+
+    rows = [[c["framework"], c["platform"], str(c["measured"]),
+             "–" if not c["flip_rate"]["n"] else f"{_pct(c['flip_rate']['mean'])} (max {_pct(c['flip_rate']['max'])})",
+             spread(c["fgsm_success_delta"]), spread(c["pgd_success_delta"])] for c in cells]
+    return [View("Robustness after deployment, per framework and platform (every model, seed and target), %",
+                 ["framework", "platform", "targets", "worst flip rate: mean (max)", "FGSM success − reference's",
+                  "PGD success − reference's"], rows,
+                 ["flip: top-1 differs from the reference's on the same randomly perturbed input; FGSM/PGD: crafted on the "
+                  "source model, success at the largest ε minus the reference's (mean [min, max]); positive: easier to fool"])]
 
 
 def _pm(x: dict) -> str:
@@ -302,7 +329,7 @@ def views(study: dict) -> list[View]:
     weights = same_weights(study)
     study = {**study, "rows": own_rows(study)}
     first = [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
-             *robustness(study), failures(study)]
+             *robustness(study), *robustness_moves(study), failures(study)]
     if many:
         for v in first[:-1]:
             v.notes.append("with several seeds, this table shows each cell's first seed; the spread is under 'Across seeds'")
