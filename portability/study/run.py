@@ -32,6 +32,8 @@ EMULATED_SAMPLES = {"quick": 50, "full": 100, "step": 8}
 #: latency sampling per profile (check's --warmup, --runs, --time-budget): a study times a dozen models
 #: on every target, so each target gets a few seconds at most (the report gives each one's run count)
 TIMING = {"quick": (3, 20, 3.0), "full": (5, 30, 5.0), "step": (1, 5, 2.0)}
+#: what a row's deployment adds to it (kept in the study's state: a resumed row takes these)
+DEPLOYED = ("check", "check_emulated", "reference", "targets")
 #: what a profile does unless told otherwise: the full profile is the study as a study (three seeds, robustness,
 #: and the same-weights experiment when PyTorch and another framework are in it)
 PROFILE_DEFAULTS = {"full": {"seeds": 3, "robustness": True, "same_weights": True}}
@@ -248,8 +250,9 @@ class _Study:
             return
         key = self._row_key(row, trained)
         done = None if self.o.retrain else self.state.get(key)
-        if done is not None:
-            row.update(done, resumed=True)
+        if done is not None:  # the deployment's results; what training recorded is this run's
+            row.update({k: v for k, v in done.items() if k in DEPLOYED}, resumed=True)
+            row["baseline"].update({k: v for k, v in (done.get("baseline") or {}).items() if k not in row["baseline"]})
             return
         self.progress.stage(f"{label}: deploying")
         t0 = time.perf_counter()
@@ -260,7 +263,7 @@ class _Study:
             row["targets"] = rows.failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
         finally:
             self.result.seconds["check"] += time.perf_counter() - t0
-        self.state.put(key, row)
+        self.state.put(key, {k: v for k, v in row.items() if k in DEPLOYED or k == "baseline"})
 
     def _row_key(self, row: dict, trained) -> str:
         """What identifies a finished row: the trained model (its cache entry's name holds the zoo code's
