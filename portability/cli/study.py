@@ -69,7 +69,7 @@ def study(
     tables_of: Optional[Path] = typer.Option(None, "--tables", help="Run nothing: print the tables of a study's JSON (and write --markdown)."),
     seed: int = typer.Option(0, "--seed", help="Training seed (weights, sample order) and the checks' seed."),
     seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Train each framework, model and dataset this many times (seeds --seed, --seed+1, …): the tables give mean ± standard deviation, and a framework difference is called significant only beyond the seed spread (Welch's t-test). Default: 3 in the full profile, 1 otherwise."),
-    localize: bool = typer.Option(False, "--localize", help="Localize every drifting target (portability localize on the row's samples): its first diverging op, in the row's JSON and the failure table."),
+    localize: Optional[bool] = typer.Option(None, "--localize/--no-localize", help="Localize every drifting target (portability localize on the row's samples): its first diverging op, in the row's JSON and the failure table; a target that drifts with several seeds is localized on the first. Default: on in the full profile."),
     same_weights: Optional[bool] = typer.Option(None, "--same-weights/--no-same-weights", help="Also load each PyTorch model's trained weights into the Keras and MXNet definitions of the same architecture (layouts converted, no training), compare their outputs with PyTorch's before any export, and deploy them too: the frameworks' computation and export paths with the training taken out. Default: on in the full profile."),
     quiet: QuietOpt = False,
     cache_dir: Optional[Path] = None,

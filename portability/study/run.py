@@ -35,8 +35,8 @@ TIMING = {"quick": (3, 20, 3.0), "full": (5, 30, 5.0), "step": (1, 5, 2.0)}
 #: what a row's deployment adds to it (kept in the study's state: a resumed row takes these)
 DEPLOYED = ("check", "check_emulated", "reference", "targets")
 #: what a profile does unless told otherwise: the full profile is the study as a study (three seeds, robustness,
-#: and the same-weights experiment when PyTorch and another framework are in it)
-PROFILE_DEFAULTS = {"full": {"seeds": 3, "robustness": True, "same_weights": True}}
+#: every drift localized, and the same-weights experiment when PyTorch and another framework are in it)
+PROFILE_DEFAULTS = {"full": {"seeds": 3, "robustness": True, "same_weights": True, "localize": True}}
 
 
 @dataclass
@@ -56,7 +56,7 @@ class StudyOptions:
     #: robustness on every target (check --robustness); None: the profile's default
     robustness: bool | None = None
     #: localize every drifting target (``portability localize``): its first diverging op in the row and tables
-    localize: bool = False
+    localize: bool | None = None
     #: also load each PyTorch model's trained weights into the Keras and MXNet definitions (no training) and
     #: deploy those: rows with ``weights: "torch"`` and ``same_weights`` (their logits against PyTorch's)
     same_weights: bool | None = None
@@ -152,6 +152,7 @@ class _Study:
         given = PROFILE_DEFAULTS.get(o.profile, {})
         o = replace(o, seeds=o.seeds or given.get("seeds", 1),
                     robustness=given.get("robustness", False) if o.robustness is None else o.robustness,
+                    localize=given.get("localize", False) if o.localize is None else o.localize,
                     same_weights=bool(given.get("same_weights")) and _can_share(o) if o.same_weights is None else o.same_weights)
         self.o, self.progress = o, progress
         self.cells = validate(o)
@@ -175,6 +176,7 @@ class _Study:
 
         self.state = State(self.cache / "rows")  # finished rows, one file each, written atomically
         self.session = None
+        self.localized: dict[tuple, dict] = {}  # (framework, arch, dataset, weights, target) -> its first localization
 
     def run(self) -> StudyResult:
         """Every row, in one session (``engine/session.py``: the browsers, the ARM64 emulator and the warm
@@ -253,17 +255,19 @@ class _Study:
         if done is not None:  # the deployment's results; what training recorded is this run's
             row.update({k: v for k, v in done.items() if k in DEPLOYED}, resumed=True)
             row["baseline"].update({k: v for k, v in (done.get("baseline") or {}).items() if k not in row["baseline"]})
-            return
-        self.progress.stage(f"{label}: deploying")
-        t0 = time.perf_counter()
-        try:
-            self._deploy(row, trained, source_format)
-        except UsageError as e:
-            row["check"] = {"error": str(e)}
-            row["targets"] = rows.failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
-        finally:
-            self.result.seconds["check"] += time.perf_counter() - t0
-        self.state.put(key, {k: v for k, v in row.items() if k in DEPLOYED or k == "baseline"})
+        else:
+            self.progress.stage(f"{label}: deploying")
+            t0 = time.perf_counter()
+            try:
+                self._deploy(row, trained, source_format)
+            except UsageError as e:
+                row["check"] = {"error": str(e)}
+                row["targets"] = rows.failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
+            finally:
+                self.result.seconds["check"] += time.perf_counter() - t0
+        localized = self._localize_drifts(row, trained) if self.o.localize else 0
+        if done is None or localized:
+            self.state.put(key, {k: v for k, v in row.items() if k in DEPLOYED or k == "baseline"})
 
     def _row_key(self, row: dict, trained) -> str:
         """What identifies a finished row: the trained model (its cache entry's name holds the zoo code's
@@ -275,7 +279,7 @@ class _Study:
         from portability.core.artifact import sha256_files
 
         doc = {"model": trained.dir.name, "sha256": sha256_files([trained.model]), "targets": self.targets,
-               "timing": self.timing, "robustness": self.o.robustness, "localize": self.o.localize, "seed": self.o.seed,
+               "timing": self.timing, "robustness": self.o.robustness, "seed": self.o.seed,
                "emulated_samples": EMULATED_SAMPLES[self.o.profile], "weights": row["weights"], "version": portability.__version__}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -297,10 +301,21 @@ class _Study:
             row["baseline"]["accuracy_emulated_samples"] = base_emu
             row["targets"] += [dict(rows.summarize_target(t, base_emu), samples=emu_report["inputs"]["samples"])
                                for t in emu_report["targets"][1:]]
-        if self.o.localize:
-            for t in row["targets"]:
-                if t["status"] == "drift" and t["id"] != row["reference"]:
-                    t["localized"] = self._localize(row, trained, t["id"])
+
+    def _localize_drifts(self, row: dict, trained) -> int:
+        """Give each drifting target of the row its first diverging op (``localized``); how many were added.
+        A (framework, model, dataset, weights, target) is localized once, on the first seed where it drifts:
+        later seeds' drifts of it carry that result (its ``seed`` says whose model it was)."""
+        added = 0
+        for t in row["targets"]:
+            k = (row["framework"], row["arch"], row["dataset"], row.get("weights"), t["id"])
+            if t.get("localized"):
+                self.localized.setdefault(k, t["localized"])
+            elif t["status"] == "drift" and t["id"] != row["reference"]:
+                if k not in self.localized:
+                    self.localized[k] = dict(self._localize(row, trained, t["id"]), seed=row["seed"])
+                t["localized"], added = self.localized[k], added + 1
+        return added
 
     def _localize(self, row: dict, trained, tid: str) -> dict:
         """The first diverging op of a drifting target (``localize`` on the row's samples, at most 16)."""
