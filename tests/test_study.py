@@ -189,17 +189,22 @@ def test_localize_names_the_first_diverging_op_of_a_drifting_target(tmp_path):
     SwiftShader drifts on LeNet-5: localized on the .pt2's ONNX export), and the failure table names it."""
     out, md = tmp_path / "s.json", tmp_path / "s.md"
     p = run_cli("study", "--profile", "step", "-f", "torch", "-m", "lenet5", "-t", "web/ort-webgpu", "--localize",
-                "--json", str(out), "--markdown", str(md), timeout=1800)
+                "--seeds", "2", "--json", str(out), "--markdown", str(md), timeout=1800)
     assert p.returncode == 0, p.stderr
-    (row,) = json.loads(out.read_text())["rows"]
-    t = next(x for x in row["targets"] if x["id"] == "web/ort-webgpu")
+    first, second = json.loads(out.read_text())["rows"]
+    t = next(x for x in first["targets"] if x["id"] == "web/ort-webgpu")
     if t["status"] != "drift":  # a real GPU may compute it right: then nothing is localized
         assert t["device"] != "software" and "localized" not in t, t
         return
     loc = t["localized"]
     assert loc["op_type"] and loc["node"] and loc["method"] == "every node's outputs", loc
-    assert "OnnxFromTorch" in loc["localized_on"]
+    assert "OnnxFromTorch" in loc["localized_on"] and loc["seed"] == 0
     assert f"first diverging op {loc['op_type']} (node {loc['node']}" in md.read_text()
+    # the second seed's model drifts there too: it carries the first seed's localization, not a second run
+    t2 = next(x for x in second["targets"] if x["id"] == "web/ort-webgpu")
+    if t2["status"] == "drift":
+        assert t2["localized"] == loc
+        assert p.stderr.count("localizing web/ort-webgpu") == 1
 
 
 @pytest.mark.mxnet
