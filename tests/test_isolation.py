@@ -11,6 +11,9 @@ def test_crash_hang_and_memory_hog_are_contained(tmp_path):
                    "--memory-limit-mb", "1500", "--runs", "3", env=TEST_TARGETS, expect_rc=1)
     t = by_id(r)
     assert t["test/abort"]["status"] == "crashed" and "SIGABRT" in t["test/abort"]["error"]
+    # the line says why it died (the library's assertion), without the noise around it
+    assert "Assertion '__n < this->size()' failed" in t["test/abort"]["error"]
+    assert "telemetry" not in t["test/abort"]["error"] and "\x1b" not in t["test/abort"]["error"]
     assert t["test/hang"]["status"] == "timeout" and "3 s" in t["test/hang"]["error"]
     assert t["test/hog"]["status"] == "crashed" and "memory" in t["test/hog"]["error"]
     assert t["test/hog"]["metrics"]["peak_rss_mb"] > 1500

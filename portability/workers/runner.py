@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -84,9 +85,16 @@ def log_tail(path: Path, n: int = 12) -> list[str]:
         return []
 
 
+#: terminal colour codes, and log lines that never say why a process died (ONNX Runtime's telemetry client
+#: warns on every start where it cannot write its device id: the sandbox refuses that write)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NOISE = re.compile(r"telemetry", re.I)
+
+
 def _said(log_file: Path) -> str:
-    tail = log_tail(log_file, 3)
-    return (": " + " | ".join(ln.strip() for ln in tail)) if tail else ""
+    tail = [_ANSI.sub("", ln).strip() for ln in log_tail(log_file, 12)]
+    tail = [ln for ln in tail if ln and not _NOISE.search(ln)][-3:]
+    return (": " + " | ".join(tail)) if tail else ""
 
 
 #: live workers, so that an interrupted run can stop them all (they run in sessions of their own)
