@@ -248,3 +248,41 @@ def test_same_weights_loads_pytorchs_weights_into_keras_and_mxnet(tmp_path):
     text = md.read_text()
     assert "## Same weights: each framework with PyTorch's trained weights" in text
     assert "keras (torch weights)" in text and "loading PyTorch's weights" in p.stderr
+
+
+def test_a_stopped_study_leaves_its_rows_and_resumes_where_it_stopped(tmp_path):
+    """A study killed after its first row: its JSON holds that row, marked partial; run again, the finished row
+    comes from the study's state and only the rest is checked."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    out, md = tmp_path / "s.json", tmp_path / "s.md"
+    args = ["study", "--profile", "step", "-f", "torch", "-m", "lenet1,lenet5", "-t", "server/ort-cpu", "--json", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "portability", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in proc.stderr:  # the second row has started: the first is finished and kept
+            if line.startswith("[2/2]"):
+                break
+        deadline = time.monotonic() + 60
+        while not out.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    partial = json.loads(out.read_text())
+    assert partial["partial"] is True and partial["rows_planned"] == 2
+    assert [r["arch"] for r in partial["rows"]] == ["lenet1"]
+    p = run_cli(*args, "--markdown", str(md), timeout=1800)
+    assert p.returncode == 0, p.stderr
+    done = json.loads(out.read_text())
+    assert "partial" not in done and [r["arch"] for r in done["rows"]] == ["lenet1", "lenet5"]
+    first, second = done["rows"]
+    assert first.get("resumed") is True and "resumed" not in second
+    assert first["targets"] == partial["rows"][0]["targets"]
+    assert "Partial" not in md.read_text()

@@ -15,10 +15,10 @@ def _split(v: Optional[str]) -> list[str] | None:
 
 class _Progress:
     """Stage lines, training epochs, and each deployed target as it finishes."""
-    def __init__(self, console, quiet: bool):
+    def __init__(self, console, quiet: bool, json_path: Optional[Path] = None):
         from portability.cli.check import _Progress as CheckProgress
 
-        self.console, self.quiet = console, quiet
+        self.console, self.quiet, self.json_path = console, quiet, json_path
         self.check = CheckProgress(console, quiet)
         self.status = None
 
@@ -35,6 +35,12 @@ class _Progress:
 
     def check_progress(self):
         return self.check
+
+    def so_far(self, result) -> None:
+        """The study's JSON as it stands, marked ``partial``: a study stopped midway leaves its rows readable
+        (and resumes from its state when run again)."""
+        if self.json_path:
+            _write_json(self.json_path, dict(result.to_dict(), partial=True))
 
     def row_done(self, row: dict) -> None:
         if self.quiet:
@@ -85,7 +91,7 @@ def study(
     from portability.cli import outputs
     from portability.core.errors import UsageError
     from portability.study import tables
-    from portability.report.files import _clean, write_atomic
+    from portability.report.files import write_atomic
     from portability.study.run import StudyOptions, run_study, validate
 
     if tables_of is not None:
@@ -99,11 +105,9 @@ def study(
     validate(o)
     outputs.require_writable(json_path, None, None, markdown_path)
     err = Console(stderr=True)
-    result = run_study(o, _Progress(err, quiet)).to_dict()
+    result = run_study(o, _Progress(err, quiet, json_path)).to_dict()
     if json_path:  # the files first: whatever happens on the terminal, the study is kept
-        import json
-
-        write_atomic(json_path, json.dumps(_clean(result), indent=1, allow_nan=False, default=str))
+        _write_json(json_path, result)
         err.print(f"study: {json_path}")
     if markdown_path:
         write_atomic(markdown_path, tables.to_markdown(result))
@@ -115,6 +119,14 @@ def study(
     s = result["seconds"]
     err.print(f"study done in {s['total']:.0f} s (training {s['train']:.0f} s, deployment and evaluation {s['check']:.0f} s)")
     return 0
+
+
+def _write_json(path: Path, study: dict) -> None:
+    import json
+
+    from portability.report.files import _clean, write_atomic
+
+    write_atomic(path, json.dumps(_clean(study), indent=1, allow_nan=False, default=str))
 
 
 def _tables_only(path: Path, markdown_path: Optional[Path]) -> int:

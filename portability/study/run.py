@@ -70,13 +70,14 @@ class StudyResult:
     datasets: dict
     rows: list[dict] = field(default_factory=list)
     seconds: dict = field(default_factory=lambda: {"train": 0.0, "check": 0.0, "data": 0.0, "total": 0.0})
+    planned: int = 0  # rows the study will have
 
     def to_dict(self) -> dict:
         from portability.study.stats import across_seeds, robustness_moves, same_weights
 
         d = {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
              "options": self.options, "environment": self.environment, "datasets": self.datasets,
-             "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows": self.rows}
+             "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows_planned": self.planned, "rows": self.rows}
         d["across_seeds"] = across_seeds(d)
         if self.options.get("robustness"):
             d["robustness_moves"] = robustness_moves(d)
@@ -91,6 +92,8 @@ class Progress:
     def training(self, event: dict) -> None: ...
     def check_progress(self): return None
     def row_done(self, row: dict) -> None: ...
+    def so_far(self, result: "StudyResult") -> None:
+        """After each row: the study as it stands (the CLI keeps its JSON current)."""
 
 
 def validate(o: StudyOptions) -> list[tuple[str, str, str]]:
@@ -193,6 +196,7 @@ class _Study:
         # weights in the other frameworks) after every own-weights row
         runs = [(c, seed, w) for seed in seeds for w in ("own", "torch")[: 1 + bool(self.o.same_weights)]
                 for c in self.cells if w == "own" or c[0] != "torch"]
+        self.result.planned = len(runs)
         with Session(default_mode(), (str(self.cache / "models"),)) as self.session:
             for i, ((fw, arch, d), seed, weights) in enumerate(runs, 1):
                 row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed, "weights": weights,
@@ -202,6 +206,9 @@ class _Study:
                 self._cell(row, label, {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
                 self.result.rows.append(row)
                 self.progress.row_done(row)
+                if i < len(runs):
+                    self.result.seconds["total"] = time.perf_counter() - t_all
+                    self.progress.so_far(self.result)
         self.result.seconds["total"] = time.perf_counter() - t_all
         return self.result
 

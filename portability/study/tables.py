@@ -341,6 +341,9 @@ def to_markdown(study: dict) -> str:
     lines = [f"# portability study ({o['profile']} profile, seed {o['seed']})", "",
              f"Frameworks: {', '.join(o['frameworks'])} · models: {', '.join(o['models'])} · datasets: "
              f"{', '.join(o['datasets'])} · targets: `{o['targets']}` · {study['started_at']}", ""]
+    if study.get("partial"):
+        lines += [f"**Partial**: {len(study['rows'])} of {study.get('rows_planned') or '?'} rows — the study stopped "
+                  "midway (run it again with the same settings: it resumes).", ""]
     s = study.get("seconds") or {}
     if s:
         lines += [f"Wall time: {s.get('total', 0):.0f} s (training {s.get('train', 0):.0f} s, deployment and evaluation "
