@@ -52,7 +52,7 @@ class _Progress:
         if tr.get("cached"):
             self.console.print(f"  trained model from the cache ({tr.get('dir')})", highlight=False)
         if row.get("resumed"):
-            self.console.print("  checked by an earlier run of the same study with the same settings: its results kept", highlight=False)
+            self.console.print("  checked by an earlier run of the same study with the same settings: its results kept", highlight=False, soft_wrap=True)
         exp = row.get("export") or {}
         if exp.get("status") != "ok":
             self.console.print(f"  [red]export failed[/]: {exp.get('error', '')}", highlight=False, soft_wrap=True)
