@@ -285,4 +285,8 @@ def test_a_stopped_study_leaves_its_rows_and_resumes_where_it_stopped(tmp_path):
     first, second = done["rows"]
     assert first.get("resumed") is True and "resumed" not in second
     assert first["targets"] == partial["rows"][0]["targets"]
+    # what each row cost stays with it: the study's cost from scratch counts the first run's part too
+    assert first["seconds"]["deploy"] == pytest.approx(partial["rows"][0]["seconds"]["deploy"], abs=0.5)
+    assert partial["rows"][0]["seconds"]["deploy"] > 1
+    assert done["seconds"]["from_scratch"] >= first["seconds"]["deploy"] + second["seconds"]["deploy"] > done["seconds"]["check"]
     assert "Partial" not in md.read_text()

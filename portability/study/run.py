@@ -33,7 +33,7 @@ EMULATED_SAMPLES = {"quick": 50, "full": 100, "step": 8}
 #: on every target, so each target gets a few seconds at most (the report gives each one's run count)
 TIMING = {"quick": (3, 20, 3.0), "full": (5, 30, 5.0), "step": (1, 5, 2.0)}
 #: what a row's deployment adds to it (kept in the study's state: a resumed row takes these)
-DEPLOYED = ("check", "check_emulated", "reference", "targets")
+DEPLOYED = ("check", "check_emulated", "reference", "targets", "seconds")
 #: what a profile does unless told otherwise: the full profile is the study as a study (three seeds, robustness,
 #: every drift localized, and the same-weights experiment when PyTorch and another framework are in it)
 PROFILE_DEFAULTS = {"full": {"seeds": 3, "robustness": True, "same_weights": True, "localize": True}}
@@ -79,6 +79,10 @@ class StudyResult:
              "options": self.options, "environment": self.environment, "datasets": self.datasets,
              "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows_planned": self.planned, "rows": self.rows}
         d["across_seeds"] = across_seeds(d)
+        # the study's cost from scratch, over every run that did a part of it (a resumed study's own
+        # ``total`` counts only what it did itself)
+        d["seconds"]["from_scratch"] = round(self.seconds["data"] + sum(
+            (r.get("seconds") or {}).get(k) or 0.0 for r in self.rows for k in ("train", "deploy")), 1)
         if self.options.get("robustness"):
             d["robustness_moves"] = robustness_moves(d)
         if self.options.get("same_weights"):
@@ -148,9 +152,10 @@ def run_study(o: StudyOptions, progress: Progress | None = None) -> StudyResult:
 
 class _Study:
     def __init__(self, o: StudyOptions, progress: Progress):
-        from portability.core.dirs import default_root
-
         from dataclasses import replace
+
+        from portability.core.dirs import default_root
+        from portability.engine.audit import State
 
         given = PROFILE_DEFAULTS.get(o.profile, {})
         o = replace(o, seeds=o.seeds or given.get("seeds", 1),
@@ -175,8 +180,6 @@ class _Study:
                      "zoo": str(root)},
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=_environment(), datasets={})
         self.data_paths: dict[str, Path | None] = {}
-        from portability.engine.audit import State
-
         self.state = State(self.cache / "rows")  # finished rows, one file each, written atomically
         self.session = None
         self.localized: dict[tuple, dict] = {}  # (framework, arch, dataset, weights, target) -> its first localization
@@ -259,20 +262,23 @@ class _Study:
             return
         key = self._row_key(row, trained)
         done = None if self.o.retrain else self.state.get(key)
+        t0 = time.perf_counter()
         if done is not None:  # the deployment's results; what training recorded is this run's
             row.update({k: v for k, v in done.items() if k in DEPLOYED}, resumed=True)
             row["baseline"].update({k: v for k, v in (done.get("baseline") or {}).items() if k not in row["baseline"]})
         else:
             self.progress.stage(f"{label}: deploying")
-            t0 = time.perf_counter()
             try:
                 self._deploy(row, trained, source_format)
             except UsageError as e:
                 row["check"] = {"error": str(e)}
                 row["targets"] = rows.failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
-            finally:
-                self.result.seconds["check"] += time.perf_counter() - t0
         localized = self._localize_drifts(row, trained) if self.o.localize else 0
+        spent = time.perf_counter() - t0
+        self.result.seconds["check"] += spent
+        # what the row cost, whichever run did it: training, then deployment and localization
+        row["seconds"] = {"train": round((trained.meta.get("train_seconds") or 0.0) + ((trained.meta.get("export") or {}).get("seconds") or 0.0), 2),
+                          "deploy": round(((done or {}).get("seconds") or {}).get("deploy", 0.0) + spent, 2)}
         if done is None or localized:
             self.state.put(key, {k: v for k, v in row.items() if k in DEPLOYED or k == "baseline"})
 

@@ -347,7 +347,8 @@ def to_markdown(study: dict) -> str:
     s = study.get("seconds") or {}
     if s:
         lines += [f"Wall time: {s.get('total', 0):.0f} s (training {s.get('train', 0):.0f} s, deployment and evaluation "
-                  f"{s.get('check', 0):.0f} s).", ""]
+                  f"{s.get('check', 0):.0f} s)" + (f"; from scratch, over every run that did a part of it: "
+                  f"{s['from_scratch']:.0f} s" if s.get("from_scratch") and s["from_scratch"] > s.get("total", 0) + 1 else "") + ".", ""]
     for v in views(study):
         lines += [f"## {v.title}", "", "| " + " | ".join(v.header) + " |", "|" + "---|" * len(v.header)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in v.rows]
