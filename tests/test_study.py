@@ -248,6 +248,9 @@ def test_same_weights_loads_pytorchs_weights_into_keras_and_mxnet(tmp_path):
     text = md.read_text()
     assert "## Same weights: each framework with PyTorch's trained weights" in text
     assert "keras (torch weights)" in text and "loading PyTorch's weights" in p.stderr
+    # the seed paper's same-weights finding, decided by the numbers above: identical predictions refute it
+    (f,) = [f for f in s["findings"] if f["finding"].startswith("the same weights")]
+    assert f["verdict"] == "refuted" and "## The seed paper's findings" in text
 
 
 def test_a_stopped_study_leaves_its_rows_and_resumes_where_it_stopped(tmp_path):

@@ -44,3 +44,41 @@ def test_robustness_moves_per_framework_and_platform_at_the_largest_epsilon():
     assert c["pgd_success_delta"]["mean"] == pytest.approx(0.01)
     (v,) = tables.robustness_moves({"rows": rows})
     assert v.rows == [["torch", "mobile", "2", "2.5 (max 5.0)", "+1.0 [+0.0, +2.0]", "+1.0 [-1.0, +3.0]"]]
+
+
+def _own(fw, arch, seed, acc, pgd=None, targets=()):
+    ref = {"id": "server/ref", "platform": "server", "status": "pass",
+           "robustness": {"available": True, "adversarial": {"attacks": {"pgd": [{"epsilon": 0.1, "success_rate": pgd}]}}}
+           if pgd is not None else None}
+    return {"framework": fw, "arch": arch, "dataset": "mnist", "seed": seed, "weights": "own", "reference": "server/ref",
+            "training": {"status": "ok"}, "baseline": {"accuracy": acc}, "targets": [ref, *targets]}
+
+
+def test_the_seed_papers_findings_get_verdicts_by_their_stated_rules():
+    from portability.study.findings import findings
+
+    # two seeds a side: LeNet-1 differs far beyond its spread between the frameworks, and so does PGD's success
+    rows = [_own("torch", "lenet1", 0, 0.98, 0.40), _own("torch", "lenet1", 1, 0.981, 0.41),
+            _own("keras", "lenet1", 0, 0.90, 0.60), _own("keras", "lenet1", 1, 0.901, 0.61),
+            _own("mxnet", "lenet1", 0, 0.95)]
+    rows[0]["targets"] += [{"id": "mobile/tflite-int8", "platform": "mobile", "status": "drift", "accuracy_vs_framework": -0.03},
+                           {"id": "web/tfjs-webgl", "platform": "web", "status": "run-error"}]
+    study = {"rows": rows, "same_weights": {"cells": [
+        {"arch": "lenet1", "framework": "keras", "difference": {"n": 2, "mean": 0.0, "values": [0.0, 0.0]},
+         "max_abs_vs_torch": 2e-6, "top1_agreement_vs_torch": {"values": [1.0, 1.0]}}]}}
+    study["across_seeds"] = stats.across_seeds(study)
+    got = {f["finding"].split(" ")[1] + " " + f["finding"].split(" ")[2]: f for f in findings(study)}
+    assert got["same training"]["verdict"] == "confirmed"  # torch − keras: 8 points, spread 0.07
+    assert got["same weights"]["verdict"] == "refuted" and "2.0e-06" in got["same weights"]["numbers"][0]
+    rob = next(f for f in findings(study) if f["finding"].startswith("adversarial"))
+    assert rob["verdict"] == "confirmed" and any("mxnet: not attacked" in n for n in rob["numbers"])
+    dep = next(f for f in findings(study) if f["finding"].startswith("migrating"))
+    assert dep["verdict"] == "confirmed" and any(n.startswith("web: 1 of 1 target runs failed") for n in dep["numbers"])
+    q = next(f for f in findings(study) if f["finding"].startswith("quantizing"))
+    assert q["verdict"] == "confirmed" and "-3.0 worst" in q["numbers"][0]  # a drifting int8 target still counts
+    web = next(f for f in findings(study) if f["finding"].startswith("a model in the browser"))
+    assert web["verdict"] == "cannot decide"  # nothing timed
+    # one seed a side decides nothing about the frameworks
+    one = {"rows": [rows[0], rows[2]]}
+    one["across_seeds"] = stats.across_seeds(one)
+    assert next(f for f in findings(one) if f["finding"].startswith("the same training"))["verdict"] == "cannot decide"

@@ -83,6 +83,9 @@ class StudyResult:
         # ``total`` counts only what it did itself)
         d["seconds"]["from_scratch"] = round(self.seconds["data"] + sum(
             (r.get("seconds") or {}).get(k) or 0.0 for r in self.rows for k in ("train", "deploy")), 1)
+        from portability.study.findings import findings
+
+        d["findings"] = findings(d)
         if self.options.get("robustness"):
             d["robustness_moves"] = robustness_moves(d)
         if self.options.get("same_weights"):

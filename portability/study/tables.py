@@ -322,18 +322,29 @@ def same_weights(study: dict) -> list[View]:
     return [first, *deployed]
 
 
+def findings(study: dict) -> View:
+    """The seed paper's findings, each with the study's verdict and the numbers it read."""
+    from portability.study.findings import findings as compute
+
+    rows = [[f["finding"], f["verdict"], "; ".join(f["numbers"][:6]) + (" …" if len(f["numbers"]) > 6 else "")]
+            for f in (study.get("findings") or compute(study))]
+    return View("The seed paper's findings, as this study finds them", ["finding (Guo et al., ASE 2019)", "verdict", "numbers"],
+                rows, ["rules: see the JSON's findings (each says what it reads and when it confirms)"])
+
+
 def views(study: dict) -> list[View]:
     from portability.study.stats import own_rows
 
     many = (study.get("options") or {}).get("seeds", 1) > 1
     weights = same_weights(study)
+    verdicts = findings(study)
     study = {**study, "rows": own_rows(study)}
     first = [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
              *robustness(study), *robustness_moves(study), failures(study)]
     if many:
         for v in first[:-1]:
             v.notes.append("with several seeds, this table shows each cell's first seed; the spread is under 'Across seeds'")
-    return ([*seeds(study)] if many else []) + first + weights
+    return [verdicts] + ([*seeds(study)] if many else []) + first + weights
 
 
 def to_markdown(study: dict) -> str:
