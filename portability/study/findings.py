@@ -43,7 +43,9 @@ def same_weights(study: dict) -> dict:
             "rule": "each framework holding PyTorch's trained weights, on the same samples before any export: confirmed "
                     "when its accuracy differs from PyTorch's or a top-1 prediction does"}
     if not cells:
-        return {**base, "verdict": "cannot decide", "numbers": ["no same-weights rows (study --same-weights)"]}
+        asked = (study.get("options") or {}).get("same_weights")
+        return {**base, "verdict": "cannot decide",
+                "numbers": ["no same-weights row finished yet" if asked else "no same-weights rows (study --same-weights)"]}
     moved = [c for c in cells if (c["difference"].get("n") and any(v != 0 for v in c["difference"]["values"]))
              or any(v < 1 for v in c["top1_agreement_vs_torch"].get("values") or [])]
     nums = [f"{c['arch']} in {c['framework']}: worst |Δ logit| {c['max_abs_vs_torch']:.1e}, top-1 agreement "
