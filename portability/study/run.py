@@ -73,6 +73,7 @@ class StudyResult:
     planned: int = 0  # rows the study will have
 
     def to_dict(self) -> dict:
+        from portability.study.findings import findings
         from portability.study.stats import across_seeds, robustness_moves, same_weights
 
         d = {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
@@ -83,13 +84,11 @@ class StudyResult:
         # ``total`` counts only what it did itself)
         d["seconds"]["from_scratch"] = round(self.seconds["data"] + sum(
             (r.get("seconds") or {}).get(k) or 0.0 for r in self.rows for k in ("train", "deploy")), 1)
-        from portability.study.findings import findings
-
-        d["findings"] = findings(d)
         if self.options.get("robustness"):
             d["robustness_moves"] = robustness_moves(d)
         if self.options.get("same_weights"):
             d["same_weights"] = same_weights(d)
+        d["findings"] = findings(d)  # last: it reads the sections above
         return d
 
 
