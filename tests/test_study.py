@@ -268,16 +268,26 @@ def test_a_stopped_study_leaves_its_rows_and_resumes_where_it_stopped(tmp_path):
     args = ["study", "--profile", "step", "-f", "torch", "-m", "lenet1,lenet5", "-t", "server/ort-cpu", "--json", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "portability", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    from portability.core.dirs import default_root
+
+    models = default_root() / "study" / "models"
     try:
         for line in proc.stderr:  # the second row has started: the first is finished and kept
             if line.startswith("[2/2]"):
                 break
-        deadline = time.monotonic() + 60
-        while not out.is_file() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60  # and its training has begun
+        while not (out.is_file() and list(models.glob("*.tmp*"))) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    half_done = list(models.glob("*.tmp*"))
+    assert half_done, "the second row's training had begun"
+    import psutil
+
+    for p in psutil.process_iter(["cmdline"]):  # the trainer runs in a session of its own: stop it too
+        if str(half_done[0]) in " ".join(p.info["cmdline"] or []):
+            p.kill()
     partial = json.loads(out.read_text())
     assert partial["partial"] is True and partial["rows_planned"] == 2
     assert [r["arch"] for r in partial["rows"]] == ["lenet1"]
@@ -293,3 +303,5 @@ def test_a_stopped_study_leaves_its_rows_and_resumes_where_it_stopped(tmp_path):
     assert partial["rows"][0]["seconds"]["deploy"] > 1
     assert done["seconds"]["from_scratch"] >= first["seconds"]["deploy"] + second["seconds"]["deploy"] > done["seconds"]["check"]
     assert "Partial" not in md.read_text()
+    # the killed run's half-done training folder is gone too (the rerun trained that model again)
+    assert not list(models.glob("*.tmp*"))

@@ -94,6 +94,21 @@ class TrainingFailed(RuntimeError):
     pass
 
 
+def _sweep(out: Path) -> None:
+    """Remove what trainings of ``out`` left half-done when their study was killed (``out.tmp<pid>`` of a
+    process that is gone)."""
+    for stale in out.parent.glob(out.name + ".tmp*"):
+        pid = stale.name.rsplit(".tmp", 1)[1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(stale, ignore_errors=True)
+        except PermissionError:  # alive, someone else's
+            pass
+
+
 def train(framework: str, arch: str, dataset: str, data_npz: Path, profile: str, seed: int, cache: Path,
           on_event: Callable[[dict], None] = lambda e: None, retrain: bool = False, timeout_s: float = 7200,
           weights_from: Path | None = None) -> Trained:
@@ -112,6 +127,7 @@ def train(framework: str, arch: str, dataset: str, data_npz: Path, profile: str,
     meta_path = out / "meta.json"
     if meta_path.is_file() and not retrain:
         return Trained(framework, arch, dataset, out, json.loads(meta_path.read_text()), cached=True)
+    _sweep(out)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
