@@ -10,7 +10,7 @@ from the study's JSON alone (the own-weights rows, and the ``same_weights`` sect
 """
 from __future__ import annotations
 
-from portability.study.stats import ALPHA, own_rows, summary, welch
+from portability.study.stats import ALPHA, at_largest_epsilon, own_rows, summary, welch
 
 FAILED = ("convert-error", "load-error", "run-error", "crashed", "timeout")
 QUANTIZED = ("int8", "qdq", "fp16", "dynint8")
@@ -58,10 +58,7 @@ def same_weights(study: dict) -> dict:
 def _attack_success(row: dict, attack: str) -> float | None:
     ref = next((t for t in row["targets"] if t["id"] == row.get("reference")), None)
     rb = (ref or {}).get("robustness") or {}
-    rows = ((rb.get("adversarial") or {}).get("attacks") or {}).get(attack) or []
-    top = max(rows, key=lambda a: a["epsilon"]) if rows else None
-    v = (top or {}).get("success_rate")
-    return float(v) if isinstance(v, (int, float)) else None
+    return at_largest_epsilon((rb.get("adversarial") or {}).get("attacks"), attack, "success_rate")
 
 
 def robustness(study: dict) -> dict:

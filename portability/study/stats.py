@@ -51,7 +51,7 @@ def cells(study: dict) -> list[dict]:
             ts = [t for r in trained for t in r["targets"] if t["id"] == tid]
             targets[tid] = {"accuracy": summary([t.get("accuracy") for t in ts]),
                             "accuracy_vs_framework": summary([t.get("accuracy_vs_framework") for t in ts]),
-                            "statuses": {s: sum(1 for t in ts if t["status"] == s) for s in dict.fromkeys(t["status"] for t in ts)}}
+                            "statuses": status_counts(ts)}
         out.append({"framework": fw, "arch": arch, "dataset": d, "seeds": [r["seed"] for r in rows],
                     "accuracy": summary([(r.get("baseline") or {}).get("accuracy") for r in trained]), "targets": targets})
     return out
@@ -119,8 +119,7 @@ def same_weights(study: dict) -> dict:
             theirs = [t for s in src if s for t in s["targets"] if t["id"] == tid]
             targets[tid] = {"accuracy": summary([t.get("accuracy") for t in mine]),
                             "accuracy_torch": summary([t.get("accuracy") for t in theirs]),
-                            "statuses": {s: sum(1 for t in mine if t["status"] == s) for s in dict.fromkeys(t["status"] for t in mine)},
-                            "statuses_torch": {s: sum(1 for t in theirs if t["status"] == s) for s in dict.fromkeys(t["status"] for t in theirs)}}
+                            "statuses": status_counts(mine), "statuses_torch": status_counts(theirs)}
         diffs = [x["accuracy"] - x["accuracy_source"] for x in sw
                  if isinstance(x.get("accuracy"), (int, float)) and isinstance(x.get("accuracy_source"), (int, float))]
         worst = [x["max_abs_vs_source"] for x in sw if isinstance(x.get("max_abs_vs_source"), (int, float))]
@@ -133,11 +132,16 @@ def same_weights(study: dict) -> dict:
     return {"what": SAME_WEIGHTS, "cells": out}
 
 
-def _largest(attacks: dict, name: str) -> float | None:
+def at_largest_epsilon(attacks: dict, name: str, key: str) -> float | None:
+    """``key`` of attack ``name``'s row at its largest ε (a robustness report's ``adversarial.attacks``)."""
     rows = (attacks or {}).get(name) or []
     top = max(rows, key=lambda a: a["epsilon"]) if rows else None
-    d = (top or {}).get("success_rate_delta")
-    return float(d) if isinstance(d, (int, float)) else None
+    v = (top or {}).get(key)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def status_counts(targets: list[dict]) -> dict[str, int]:
+    return {s: sum(1 for t in targets if t["status"] == s) for s in dict.fromkeys(t["status"] for t in targets)}
 
 
 def robustness_moves(study: dict) -> dict:
@@ -158,7 +162,7 @@ def robustness_moves(study: dict) -> dict:
                 g["flip"].append(rb["worst_flip_rate"])
             attacks = (rb.get("adversarial") or {}).get("attacks") or {}
             for name in ("fgsm", "pgd"):
-                d = _largest(attacks, name)
+                d = at_largest_epsilon(attacks, name, "success_rate_delta")
                 if d is not None:
                     g[name].append(d)
     out = []
