@@ -82,3 +82,26 @@ def test_the_seed_papers_findings_get_verdicts_by_their_stated_rules():
     one = {"rows": [rows[0], rows[2]]}
     one["across_seeds"] = stats.across_seeds(one)
     assert next(f for f in findings(one) if f["finding"].startswith("the same training"))["verdict"] == "cannot decide"
+
+
+def test_a_target_compared_on_fewer_samples_is_measured_against_the_framework_on_those_samples():
+    """A slow target (a software GPU) compared on the first batches its budget allowed: its accuracy change is
+    against the framework's own accuracy on those samples, not on all of them; the table says n=."""
+    from portability.study import rows
+
+    def target(tid, acc, cut=None):
+        return {"id": tid, "platform": tid.split("/")[0], "status": "pass", "metrics": {"accuracy": acc},
+                "details": {"samples": {"batches": cut, "of": 250, "budget_s": 20.0, "first_ms": 900.0}} if cut else {}}
+    report = {"inputs": {"samples": 500, "batches": 250},  # batches of two samples
+              "targets": [target("server/torch", 0.9), target("web/ort-webgpu", 1.0, cut=6)]}
+    asked = []
+
+    def on_first(n):
+        asked.append(n)
+        return 0.9 if n == 500 else 1.0  # the first 12 samples are all right in the framework too
+    ref, gpu = rows.summarize_check(report, on_first)
+    assert (ref["samples"], gpu["samples"]) == (500, 12) and asked == [500, 12]
+    assert gpu["accuracy_vs_framework"] == 0.0 and ref["accuracy_vs_framework"] == 0.0
+    row = dict(_row("torch", [ref, gpu]), baseline={"accuracy": 0.9, "eval_samples": 500})
+    (v,) = tables.deployed_accuracy({"rows": [row]})
+    assert ["web/ort-webgpu", "100.0 (+0.0) n=12"] in v.rows and any(n.startswith("n=: ") for n in v.notes)

@@ -37,6 +37,21 @@ def failed_row_targets(source_format: str, spec: str, status: str, why: str) -> 
     return [{"id": tid, "platform": tid.split("/")[0], "status": status, "error": why} for tid in targets_for(source_format, spec)]
 
 
+def summarize_check(report: dict, accuracy_on_first) -> list[dict]:
+    """Each target of a check report as the tables read it, with the samples it was compared on: all of the
+    report's, or the first ones a slow target had time for (``details.samples``: batches cut to its budget).
+    Its accuracy change is against ``accuracy_on_first(n)``, the framework's own on those same samples."""
+    inputs = report.get("inputs") or {}
+    n, batches = inputs.get("samples"), inputs.get("batches")
+    per_batch = n // batches if n and batches else 1
+    out = []
+    for t in report["targets"]:
+        cut = ((t.get("details") or {}).get("samples") or {}).get("batches")
+        k = min(n, cut * per_batch) if cut and n else n
+        out.append(dict(summarize_target(t, accuracy_on_first(k)), samples=k))
+    return out
+
+
 def summarize_target(t: dict, baseline: float | None) -> dict:
     """One target of a check report, as the study's tables read it."""
     m = t.get("metrics") or {}

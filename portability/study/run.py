@@ -268,6 +268,7 @@ class _Study:
         if done is not None:  # the deployment's results; what training recorded is this run's
             row.update({k: v for k, v in done.items() if k in DEPLOYED}, resumed=True)
             row["baseline"].update({k: v for k, v in (done.get("baseline") or {}).items() if k not in row["baseline"]})
+            self._summarize(row, trained)
         else:
             self.progress.stage(f"{label}: deploying")
             try:
@@ -308,14 +309,30 @@ class _Study:
         report = self._check(trained, info, main_spec)
         emu_report = self._check(trained, info, emu_spec, samples=n_emu) if emu_spec else None
         row["check"], row["reference"] = report, report["reference"]
-        base = row["baseline"]["accuracy"]
-        row["targets"] = [dict(rows.summarize_target(t, base), samples=report["inputs"]["samples"]) for t in report["targets"]]
         if emu_report is not None:
             row["check_emulated"] = emu_report
-            base_emu = rows.baseline_on(trained, n_emu)
-            row["baseline"]["accuracy_emulated_samples"] = base_emu
-            row["targets"] += [dict(rows.summarize_target(t, base_emu), samples=emu_report["inputs"]["samples"])
-                               for t in emu_report["targets"][1:]]
+            row["baseline"]["accuracy_emulated_samples"] = rows.baseline_on(trained, n_emu)
+        self._summarize(row, trained)
+
+    def _summarize(self, row: dict, trained) -> None:
+        """The row's targets from its check reports (a resumed row's too: the tables read what this version
+        makes of the reports), each against the framework's own accuracy on the samples it was compared on;
+        a target's localization is kept."""
+        report, emu = row.get("check") or {}, row.get("check_emulated")
+        if "targets" not in report:
+            return
+        kept = {t["id"]: t["localized"] for t in row.get("targets") or [] if t.get("localized")}
+        full, seen = (report.get("inputs") or {}).get("samples"), {}
+
+        def on_first(n):
+            if n not in seen:
+                seen[n] = row["baseline"]["accuracy"] if n == full else rows.baseline_on(trained, n)
+            return seen[n]
+        targets = rows.summarize_check(report, on_first) + (rows.summarize_check(emu, on_first)[1:] if emu else [])
+        for t in targets:
+            if t["id"] in kept:
+                t["localized"] = kept[t["id"]]
+        row["targets"] = targets
 
     def _localize_drifts(self, row: dict, trained) -> int:
         """Give each drifting target of the row its first diverging op (``localized``); how many were added.
