@@ -245,6 +245,7 @@ def test_same_weights_loads_pytorchs_weights_into_keras_and_mxnet(tmp_path):
     for c in cells.values():
         assert c["accuracy"]["n"] == 2 and c["difference"]["mean"] == 0.0 and c["max_abs_vs_torch"] < 1e-4
         assert c["targets"]["server/ort-cpu"]["accuracy"]["mean"] == c["targets"]["server/ort-cpu"]["accuracy_torch"]["mean"]
+        assert c["targets"]["server/ort-cpu"]["change"]["values"] == [0.0, 0.0] == c["targets"]["server/ort-cpu"]["change_torch"]["values"]
     text = md.read_text()
     assert "## Same weights: each framework with PyTorch's trained weights" in text
     assert "keras (torch weights)" in text and "loading PyTorch's weights" in p.stderr

@@ -117,8 +117,12 @@ def same_weights(study: dict) -> dict:
         for tid in dict.fromkeys(t["id"] for r in rows for t in r["targets"]):
             mine = [t for r in rows for t in r["targets"] if t["id"] == tid]
             theirs = [t for s in src if s for t in s["targets"] if t["id"] == tid]
+            # a slow target may be compared on fewer samples, not the same number in each row: the change
+            # against the row's own framework on those samples is what compares across rows
             targets[tid] = {"accuracy": summary([t.get("accuracy") for t in mine]),
                             "accuracy_torch": summary([t.get("accuracy") for t in theirs]),
+                            "change": summary([t.get("accuracy_vs_framework") for t in mine]),
+                            "change_torch": summary([t.get("accuracy_vs_framework") for t in theirs]),
                             "statuses": status_counts(mine), "statuses_torch": status_counts(theirs)}
         diffs = [x["accuracy"] - x["accuracy_source"] for x in sw
                  if isinstance(x.get("accuracy"), (int, float)) and isinstance(x.get("accuracy_source"), (int, float))]
