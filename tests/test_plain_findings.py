@@ -197,3 +197,22 @@ def test_the_ort_converters_failure_line_is_its_exception_not_its_shape_warnings
            "onnxruntime.capi.onnxruntime_pybind11_state.Fail: [ONNXRuntimeError] : 1 : FAIL : Load model failed: "
            "/onnxruntime_src/onnxruntime/core/graph/graph.cc:1234 void onnxruntime::Graph::X() Node (n) bad\n")
     assert failure_line(log) == "Load model failed: Node (n) bad"
+
+
+def test_a_target_too_slow_for_the_robustness_samples_skips_robustness_and_says_why(tmp_path):
+    """With --robustness, a slow target that compared fewer clean samples than the robustness pass perturbs
+    runs none of the perturbed inputs (nothing of its own to compare them with; on a software GPU they
+    would outlast its run limit): its correctness stands, its robustness says why it is missing. The
+    reference and a fast target measure robustness as before."""
+    from conftest import FIXTURES
+
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "server/ort-cpu-noopt,test/ort-cpu-one-batch",
+                   "--dataset", str(FIXTURES / "digits.npz"), "--samples", "32", "--runs", "0", "--robustness",
+                   "--robustness-samples", "8", env={"PORTABILITY_PLUGINS": "doubles"})
+    t, fast = by_id(r)["test/ort-cpu-one-batch"], by_id(r)["server/ort-cpu-noopt"]
+    assert t["status"] == "pass" and t["details"]["samples"]["batches"] == 1
+    rob = t["metrics"]["robustness"]
+    assert rob["available"] is False and rob["reason"].startswith("not measured: one inference took ")
+    assert "compared 1 of the 8 samples the robustness pass perturbs" in rob["reason"], rob["reason"]
+    assert fast["metrics"]["robustness"]["available"] is True and fast["metrics"]["robustness"]["samples"] == 8
+    assert r["targets"][0]["metrics"]["robustness"]["available"] is True

@@ -83,6 +83,9 @@ class Job:
     #: neither converters nor timing see them, and their outputs go to ``extra_outputs``
     extra_feeds: str = ""
     extra_outputs: str = ""
+    #: the clean batches the extra ones perturb (the first ``extra_clean``): a target too slow to compare that
+    #: many within its budget runs none of the extra ones (there is nothing to compare them with)
+    extra_clean: int = 0
     #: the OS sandbox the worker enters before it reads the model (``core.sandbox.Sandbox.to_dict``)
     sandbox: dict = field(default_factory=dict)
     #: the check this job belongs to: a conversion that failed for one of its targets fails the others

@@ -196,7 +196,8 @@ class _Run:
                    output_names=self.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
                    convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
-                   extra_feeds=str(self.robustness.file) if self.robustness and self.robustness.set.groups else "")
+                   extra_feeds=str(self.robustness.file) if self.robustness and self.robustness.set.groups else "",
+                   extra_clean=self.robustness.set.batches if self.robustness else 0)
 
     def thresholds_for(self, target: Target) -> dict:
         """The target's bounds, loosened to a quantized model's where the model is quantized already, then

@@ -95,6 +95,12 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
     k = sample_count(first_ms, nb, sample_budget)
     if k < nb:
         p.details["samples"] = {"batches": k, "of": nb, "budget_s": sample_budget, "first_ms": round(first_ms, 1)}
+    if extra and k < job.extra_clean:  # the perturbed inputs would have no clean outputs of this target to compare with
+        p.details["robustness_skipped"] = (
+            f"not measured: one inference took {first_ms / 1e3:.3g} s here, so this target compared {k} of the "
+            f"{job.extra_clean} samples the robustness pass perturbs (its {len(extra)} perturbed inputs, at that pace: "
+            f"about {first_ms * len(extra) / 1e3:.0f} s)")
+        extra = []
     t0 = time.perf_counter()
     rest = batches[1:k] + extra  # one call: a page or an emulator gets every batch at once
     results += runtime.infer_all(rest) if rest else []

@@ -52,6 +52,9 @@ def _rate(mask: np.ndarray) -> float:
 def summarize(ev) -> dict:
     """The ``robustness`` metrics of one target (see the module docstring)."""
     ps, name = ev.perturbed, ev.score_name
+    skipped = (getattr(ev.worker, "details", None) or {}).get("robustness_skipped")
+    if skipped:
+        return _unavailable(skipped)
     if not ps.groups:
         return _unavailable("no input can be perturbed (only float and integer-id inputs are)")
     if name is None:
