@@ -56,6 +56,41 @@ def outlier_weights(tmp_path) -> str:
     return _save(tmp_path, "outlier", nodes, inits, [1, 16], [1, 16], 13)
 
 
+def unranked_outlier(tmp_path, how: str) -> str:
+    """outlier_weights with act1's output reshaped to a rank ONNX's shape inference cannot tell, then back, so
+    that from there on no tensor has a known rank, fc2's included. ``padded``: reshaped to its shape padded
+    with ones to rank 3 by a computed Pad (as MXNet's exporter writes its swapaxes), then flattened — ONNX
+    Runtime's symbolic shape inference tells the ranks; ``squeezed``: a Squeeze of computed axes (Identity of
+    a constant) — it cannot either."""
+    m = onnx.load(outlier_weights(tmp_path))
+    nodes = list(m.graph.node)
+    at = [n.name for n in nodes].index("pad")
+    nodes[at].input[0] = "a1r"
+    i64 = lambda v, n: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    if how == "padded":
+        extra = [helper.make_node("Shape", ["a1"], ["s"]), helper.make_node("Shape", ["s"], ["r"]),
+                 helper.make_node("Sub", ["three", "r"], ["d"]), helper.make_node("Concat", ["zero1", "d"], ["pads"], axis=0),
+                 helper.make_node("Pad", ["s", "pads", "one"], ["sp"]),
+                 helper.make_node("Reshape", ["a1", "sp"], ["a3"], name="lift"),
+                 helper.make_node("Flatten", ["a3"], ["a1r"], axis=1, name="drop")]
+        consts = [i64([3], "three"), i64([0], "zero1"), i64(1, "one")]
+    else:
+        extra = [helper.make_node("Unsqueeze", ["a1", "ax"], ["u"], name="lift"),
+                 helper.make_node("Identity", ["ax"], ["ax2"], name="axes"),
+                 helper.make_node("Squeeze", ["u", "ax2"], ["a1r"], name="drop")]
+        consts = [i64([0], "ax")]
+    nodes[at:at] = extra
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    m.graph.initializer.extend(consts)
+    onnx.checker.check_model(m)
+    typed = {v.name: v.type for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    assert not typed["h2"].tensor_type.HasField("shape")  # fc2's output: no rank
+    out = tmp_path / f"unranked_{how}.onnx"
+    onnx.save(m, out)
+    return str(out)
+
+
 def flat_after_shift(tmp_path) -> str:
     """x * 1e-4 + 5, then back. Full-integer quantization gives the shifted tensor a scale of about 5/255:
     its values (5 to 5.0001) all quantize to the same step, and from there on the int8 model's output no
@@ -134,6 +169,21 @@ def test_the_ort_path_localizes_a_quantized_matmul(tmp_path):
     assert doc["curve"][0]["cosine"] > 0.999 and not doc["curve"][0]["diverges"]
     assert doc["reproducer"]["reproduces"]
     assert reproduces_alone(tmp_path, doc, "server/ort-int8")["status"] == "drift"
+
+
+def test_a_tensor_of_unknown_rank_is_a_cut_point_when_its_rank_can_be_told(tmp_path):
+    """A graph whose tensors' ranks ONNX's shape inference cannot tell (a cut's output must declare one): the
+    ranks come from ONNX Runtime's symbolic shape inference, and fc2 is found as before. Where neither can
+    tell, those tensors are no cut points: the first cut after them diverges, and the reproducer is the graph
+    cut there."""
+    doc = localize(tmp_path, unranked_outlier(tmp_path, "padded"), "server/ort-int8")
+    assert [c["node"] for c in doc["curve"]] == ["fc1", "act1", "lift", "drop", "pad", "fc2", "act2", "fc3"]
+    assert doc["first_divergence"]["node"] == "fc2" and doc["reproducer"]["reproduces"]
+    (tmp_path / "s").mkdir()
+    doc = localize(tmp_path / "s", unranked_outlier(tmp_path / "s", "squeezed"), "server/ort-int8")
+    assert [c["node"] for c in doc["curve"]] == ["fc1", "act1", "lift", "fc3"]
+    assert doc["first_divergence"]["node"] == "fc3" and doc["reproducer"]["kind"] == "subgraph"
+    assert doc["reproducer"]["reproduces"]
 
 
 @pytest.mark.mobile

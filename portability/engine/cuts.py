@@ -26,6 +26,7 @@ class Graph:
         self.inits = {i.name for i in g.initializer}
         self.inputs = [i.name for i in g.input if i.name not in self.inits]
         self.nodes = list(g.node)
+        self._fill_ranks()
         self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
         self.consumers: dict[str, list[int]] = {}
         for i, n in enumerate(self.nodes):
@@ -34,10 +35,36 @@ class Graph:
         for o in g.output:
             self.consumers.setdefault(o.name, []).append(len(self.nodes))
 
+    def _fill_ranks(self) -> None:
+        """The ranks ONNX's shape inference leaves unknown (a Reshape to a computed shape, a Squeeze of computed
+        axes), from ONNX Runtime's symbolic shape inference (it reads the graph, runs none of it): a tensor
+        needs a rank to be a cut's output. Those it cannot tell either stay out of the cuts (``floats``)."""
+        from onnx import helper
+
+        unranked = {o for n in self.nodes for o in n.output if o in self.types and self.types[o].HasField("tensor_type")
+                    and not self.types[o].tensor_type.HasField("shape")}
+        if not unranked:
+            return
+        try:
+            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+            typed = SymbolicShapeInference.infer_shapes(self.model, auto_merge=True)
+        except Exception:  # noqa: BLE001 — an op it does not know: those tensors stay unranked
+            return
+        for v in (typed.graph.value_info if typed is not None else []):
+            if v.name in unranked and v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+                rank = len(v.type.tensor_type.shape.dim)
+                self.types[v.name] = helper.make_tensor_type_proto(self.types[v.name].tensor_type.elem_type, [None] * rank)
+
     def floats(self, i: int) -> list[str]:
-        """Node ``i``'s float outputs of a known type (what can be compared)."""
-        return [o for o in self.nodes[i].output if o and o in self.types
-                and self.types[o].HasField("tensor_type") and self.types[o].tensor_type.elem_type in _FLOATS]
+        """Node ``i``'s float outputs of a known type and rank (what can be compared: a tensor whose rank shape
+        inference could not tell cannot be a graph's output)."""
+        return [o for o in self.nodes[i].output if o and self.ranked(o) and self.types[o].tensor_type.elem_type in _FLOATS]
+
+    def ranked(self, name: str) -> bool:
+        """Whether tensor ``name`` has a known type and rank (what a cut's output must declare)."""
+        t = self.types.get(name)
+        return t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
 
     def cut_points(self) -> list[int]:
         return [i for i in range(len(self.nodes)) if self.floats(i)]
@@ -102,8 +129,7 @@ class Graph:
             if x in inits:
                 consts.append(inits[x])
             elif x in values and (self.depends_on_input(x) or not _same_per_batch(values[x])):
-                fed.append(helper.make_value_info(x, self.types[x]) if x in self.types else
-                           helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(values[x].dtype), None))
+                fed.append(self._input_type(x, values[x]))
                 feeds[x] = values[x]
             elif x in values:
                 consts.append(numpy_helper.from_array(np.asarray(values[x][0]), x))
@@ -114,6 +140,15 @@ class Graph:
         m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
         onnx.save(m, str(path))
         return path, feeds
+
+    def _input_type(self, x: str, value):
+        """A reproducer's graph input ``x``: its inferred type, else the type and rank of its value (one batch's)."""
+        from onnx import helper
+
+        if self.ranked(x):
+            return helper.make_value_info(x, self.types[x])
+        one = np.asarray(value[0])
+        return helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(one.dtype), [None] * one.ndim)
 
     def describe(self, i: int) -> dict:
         n = self.nodes[i]

@@ -350,7 +350,9 @@ def _reproducer(loc: Localizer, g: Graph, i: int, out_dir: Path, check, mode: st
     """The node alone with the reference's inputs; else the cut at the node with the model's inputs."""
     node = g.nodes[i]
     needed = [x for x in node.input if x and x not in g.inits]
-    missing = [x for x in needed if x not in loc.reference_values and x not in g.inputs]
+    # a tensor of unknown rank cannot be a cut's output: without its values the node alone cannot be fed,
+    # and the reproducer is the graph cut at the node
+    missing = [x for x in needed if x not in loc.reference_values and x not in g.inputs and g.ranked(x)]
     values = dict(loc.reference_values)
     if missing:  # the reference's values of the node's inputs that no probe returned (integer tensors)
         say("the reference's values of the node's inputs")
