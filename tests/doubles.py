@@ -42,6 +42,12 @@ class Hog(OrtCpu):
             time.sleep(0.01)
 
 
+class Slow(OrtCpu):
+    def infer(self, feeds):
+        time.sleep(0.02)
+        return super().infer(feeds)
+
+
 class Noisy(OrtCpu):
     def infer(self, feeds):
         rng = np.random.default_rng(0)
@@ -135,8 +141,11 @@ register(
            description="ort-wasm whose page hangs in the first inference"),
     Target(id="test/web-crash", runtime=f"{HERE}:WebCrash", options={"ep": "wasm", "threads": 1},
            description="ort-wasm whose page crashes"),
-    Target(id="test/ort-cpu-one-batch", runtime="portability.runtimes.ort:OrtCpu", sample_budget_s=1e-6,
-           description="ONNX Runtime, CPU, with a correctness budget no inference fits: one batch is compared"),
+    Target(id="test/ort-cpu-tiny-budget", runtime="portability.runtimes.ort:OrtCpu", sample_budget_s=1e-6,
+           description="ONNX Runtime, CPU, with a correctness budget no inference fits: the first two batches "
+                       "(the second sets the pace) are compared"),
+    Target(id="test/ort-cpu-slow", runtime=f"{HERE}:Slow", run_timeout_s=4,
+           description="ONNX Runtime, CPU, 20 ms per inference, with a 4 s run time limit"),
     Target(id="test/arm64-crash", runtime=f"{HERE}:Arm64Crash", variant={"quant": "fp32"}, run_timeout_s=ARM64_TIMEOUT_S,
            description="LiteRT's aarch64 build whose emulated process is killed on the first inference"),
 )

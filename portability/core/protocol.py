@@ -86,6 +86,9 @@ class Job:
     #: the clean batches the extra ones perturb (the first ``extra_clean``): a target too slow to compare that
     #: many within its budget runs none of the extra ones (there is nothing to compare them with)
     extra_clean: int = 0
+    #: the seconds the worker may run from loading on (the parent kills it then): the extra batches are not
+    #: started when at the pace of the clean ones they would take over half of it
+    run_timeout_s: float | None = None
     #: the OS sandbox the worker enters before it reads the model (``core.sandbox.Sandbox.to_dict``)
     sandbox: dict = field(default_factory=dict)
     #: the check this job belongs to: a conversion that failed for one of its targets fails the others

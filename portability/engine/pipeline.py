@@ -197,7 +197,15 @@ class _Run:
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
                    convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
                    extra_feeds=str(self.robustness.file) if self.robustness and self.robustness.set.groups else "",
-                   extra_clean=self.robustness.set.batches if self.robustness else 0)
+                   extra_clean=self.robustness.set.batches if self.robustness else 0,
+                   run_timeout_s=self.limits(target).run_timeout_s)
+
+    def limits(self, target: Target) -> Limits:
+        """The check's limits, with the target's own run time limit unless the user set one."""
+        limits = self.opts.limits
+        if target.run_timeout_s and not self.opts.timeout_explicit:
+            limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
+        return limits
 
     def thresholds_for(self, target: Target) -> dict:
         """The target's bounds, loosened to a quantized model's where the model is quantized already, then
@@ -233,9 +241,7 @@ class _Run:
                                error=skip_reason or avail.reason, hint=None if skip_reason else avail.hint,
                                metrics=metrics.empty(), thresholds=self.thresholds_for(target))
         else:
-            limits = self.opts.limits
-            if target.run_timeout_s and not self.opts.timeout_explicit:
-                limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
+            limits = self.limits(target)
             wdir = self.workdir / target.id.replace("/", "__")
             log.debug("%s: queued", target.id)
             self.gate.admit(target.id)
