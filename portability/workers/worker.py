@@ -93,7 +93,9 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
     # a slow inference compares fewer batches (the report says how many; the engine compares those only)
     sample_budget = t.sample_budget_s if t.sample_budget_s is not None else (SLOW_SAMPLE_BUDGET_S if slow else None)
     k, pace_ms = sample_count(first_ms, nb, sample_budget), first_ms
-    if k < nb and nb > 1:  # the first inference may pay for compiling shaders or warming up: the second sets the pace
+    # the first inference may pay for compiling shaders or warming up a JIT: where the pace decides something
+    # (fewer batches, or no robustness pass), the second sets it
+    if nb > 1 and (k < nb or _too_long(job, first_ms, len(extra))):
         t0 = time.perf_counter()
         results.append(runtime.infer(batches[1]))
         pace_ms = (time.perf_counter() - t0) * 1e3
@@ -136,16 +138,20 @@ def _robustness_fits(job: Job, extra: list, k: int, pace_ms: float, p: _Progress
     run time limit (the check would lose the target to a timeout); the report says why."""
     if not extra:
         return extra
-    need_s = pace_ms * len(extra) / 1e3
     if k < job.extra_clean:
         why = f"so this target compared {k} of the {job.extra_clean} samples the robustness pass perturbs"
-    elif job.run_timeout_s and need_s > job.run_timeout_s / 2:
+    elif _too_long(job, pace_ms, len(extra)):
         why = f"over half of this target's {job.run_timeout_s:g} s run time limit"
     else:
         return extra
     p.details["robustness_skipped"] = (f"not measured: one inference takes {pace_ms / 1e3:.3g} s here, {why} (its "
-                                       f"{len(extra)} perturbed inputs, at that pace: about {need_s:.0f} s)")
+                                       f"{len(extra)} perturbed inputs, at that pace: about {pace_ms * len(extra) / 1e3:.0f} s)")
     return []
+
+
+def _too_long(job: Job, pace_ms: float, n_extra: int) -> bool:
+    """Whether ``n_extra`` inferences at ``pace_ms`` would take over half the worker's run time limit."""
+    return bool(n_extra and job.run_timeout_s and pace_ms * n_extra / 1e3 > job.run_timeout_s / 2)
 
 
 def _extra_batches(job: Job) -> list[dict[str, np.ndarray]]:
