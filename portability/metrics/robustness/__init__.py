@@ -52,7 +52,7 @@ def _rate(mask: np.ndarray) -> float:
 def summarize(ev) -> dict:
     """The ``robustness`` metrics of one target (see the module docstring)."""
     ps, name = ev.perturbed, ev.score_name
-    skipped = (getattr(ev.worker, "details", None) or {}).get("robustness_skipped")
+    skipped = (ev.worker.details or {}).get("robustness_skipped")  # the worker did not run the set: why
     if skipped:
         return _unavailable(skipped)
     if not ps.groups:
