@@ -200,6 +200,7 @@ def test_localize_names_the_first_diverging_op_of_a_drifting_target(tmp_path):
     assert loc["op_type"] and loc["node"] and loc["method"] == "every node's outputs", loc
     assert "OnnxFromTorch" in loc["localized_on"] and loc["seed"] == 0
     assert f"first diverging op {loc['op_type']} (node {loc['node']}" in md.read_text()
+    assert md.read_text().startswith("# portability study (step profile, 2 seeds, 0–1)")
     # the second seed's model drifts there too: it carries the first seed's localization, not a second run
     t2 = next(x for x in second["targets"] if x["id"] == "web/ort-webgpu")
     if t2["status"] == "drift":

@@ -352,7 +352,9 @@ def views(study: dict) -> list[View]:
 
 def to_markdown(study: dict) -> str:
     o = study["options"]
-    lines = [f"# portability study ({o['profile']} profile, seed {o['seed']})", "",
+    n = o.get("seeds") or 1
+    seeds = f"seed {o['seed']}" if n == 1 else f"{n} seeds, {o['seed']}–{o['seed'] + n - 1}"
+    lines = [f"# portability study ({o['profile']} profile, {seeds})", "",
              f"Frameworks: {', '.join(o['frameworks'])} · models: {', '.join(o['models'])} · datasets: "
              f"{', '.join(o['datasets'])} · targets: `{o['targets']}` · {study['started_at']}", ""]
     if study.get("partial"):
