@@ -23,6 +23,20 @@ def test_a_convert_error_belongs_to_the_step_that_failed_not_the_last_that_worke
     assert tables._where({**t, "chain": [], "steps": []}) == "converter"
 
 
+def test_a_drift_says_what_moved_and_where_localize_found_it_or_why_not():
+    base = {"platform": "web", "status": "drift", "error": None, "chain": ["OnnxFromOnnx"], "steps": ["OnnxFromOnnx"],
+            "max_abs": 24.0, "top1_agreement": 0.806, "accuracy_vs_framework": -0.183}
+    found = {**base, "id": "web/ort-webgpu", "localized": {"node": None, "op_type": "Conv", "op_at_fault": True}}
+    spread = {**base, "id": "server/ort-fp16", "platform": "server", "max_abs": 0.03, "top1_agreement": 1.0,
+              "accuracy_vs_framework": 0.0, "localized": {"why": "no node's output diverges by itself"}}
+    notes = tables.failures({"rows": [_row("mxnet", [found, spread])]}).notes
+    assert notes == [
+        "server/ort-fp16 (mxnet) — lenet1/mnist: drift: max |Δ| 3.0e-02, top-1 agreement 100.0 %, accuracy +0.0 points; "
+        "localize: no node's output diverges by itself",
+        "web/ort-webgpu (mxnet) — lenet1/mnist: drift: max |Δ| 2.4e+01, top-1 agreement 80.6 %, accuracy -18.3 points; "
+        "first diverging op Conv (an unnamed node, its inputs clean)"], notes
+
+
 def _rb(flip, fgsm, pgd):
     attacks = {name: [{"epsilon": 0.01, "success_rate_delta": 0.0}, {"epsilon": 0.1, "success_rate_delta": d}]
                for name, d in (("fgsm", fgsm), ("pgd", pgd))}

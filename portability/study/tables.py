@@ -193,6 +193,23 @@ def _where(t: dict) -> str:
     return t["id"]
 
 
+def _drifted(t: dict) -> str:
+    """What a drift moved: the worst output difference, top-1 agreement and accuracy against the framework's."""
+    parts = [f"max |Δ| {_sci(t.get('max_abs'))}"]
+    if isinstance(t.get("top1_agreement"), (int, float)):
+        parts.append(f"top-1 agreement {_pct(t['top1_agreement'])} %")
+    if isinstance(t.get("accuracy_vs_framework"), (int, float)):
+        parts.append(f"accuracy {_delta(t['accuracy_vs_framework'])} points")
+    return ", ".join(parts)
+
+
+def _localized(loc: dict) -> str:
+    if loc.get("op_type"):
+        node = f"node {loc['node']}" if loc.get("node") else "an unnamed node"
+        return f"; first diverging op {loc['op_type']} ({node}" + (", its inputs clean" if loc.get("op_at_fault") else "") + ")"
+    return f"; localize: {loc['why']}" if loc.get("why") else ""
+
+
 def failures(study: dict) -> View:
     fws = _frameworks(study)
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -203,14 +220,11 @@ def failures(study: dict) -> View:
                 continue
             w = _where(t)
             counts[w][r["framework"]] += 1
-            why = t.get("error") or ("drift" if t["status"] == "drift" else t["status"])
-            if t.get("op") and str(t["op"]) not in str(why):
+            why = str(t.get("error") or (_drifted(t) if t["status"] == "drift" else t["status"])).splitlines()[0][:160]
+            if t.get("op") and str(t["op"]) not in why:
                 why = f"{why} (op {t['op']})"
-            loc = t.get("localized") or {}
-            if loc.get("op_type"):
-                why = f"{why}; first diverging op {loc['op_type']} (node {loc.get('node') or '?'}" + \
-                      (", its inputs clean" if loc.get("op_at_fault") else "") + ")"
-            reasons[(w, r["framework"])].add(f"{r['arch']}/{r['dataset']}: {t['status']}: {str(why).splitlines()[0][:160]}")
+            why = f"{why}{_localized(t.get('localized') or {})}"
+            reasons[(w, r["framework"])].add(f"{r['arch']}/{r['dataset']}: {t['status']}: {why}")
     rows = [[w, *[str(counts[w].get(fw, 0) or "") for fw in fws]] for w in sorted(counts)]
     notes = [f"{w} ({fw}) — {why}" for (w, fw), whys in sorted(reasons.items()) for why in sorted(whys)]
     skipped = sum(1 for r in study["rows"] for t in r["targets"] if t["status"] == "skipped")
@@ -312,7 +326,7 @@ def same_weights(study: dict) -> list[View]:
              _pm_delta(c["difference"]),
              _sci(c["max_abs_vs_torch"]), _pm(c["top1_agreement_vs_torch"])] for c in sw["cells"]]
     first = View("Same weights: each framework with PyTorch's trained weights, before any export, % (mean ± std over the seeds)",
-                 ["model", "dataset", "framework", "PyTorch", "framework", "Δ", "worst |Δ logit|", "top-1 agreement"], rows,
+                 ["model", "dataset", "framework", "in PyTorch", "in the framework", "Δ", "worst |Δ logit|", "top-1 agreement"], rows,
                  [SAME_WEIGHTS + "; Δ: the framework's accuracy minus PyTorch's — any difference is the frameworks' "
                   "computation, not training"])
     derived = {**study, "rows": [r for r in own_rows(study) if r["framework"] == "torch"] +
