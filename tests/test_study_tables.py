@@ -119,3 +119,17 @@ def test_a_target_compared_on_fewer_samples_is_measured_against_the_framework_on
     row = dict(_row("torch", [ref, gpu]), baseline={"accuracy": 0.9, "eval_samples": 500})
     (v,) = tables.deployed_accuracy({"rows": [row]})
     assert ["web/ort-webgpu", "100.0 (+0.0) n=12"] in v.rows and any(n.startswith("n=: ") for n in v.notes)
+
+
+def test_across_seeds_lists_the_deployments_that_moved_accuracy_with_their_spread():
+    """A target that lost accuracy in one seed and much more in another is listed with the change's mean ±
+    std and its worst; targets that never moved by half a point are not listed."""
+    def t(tid, change):
+        return {"id": tid, "platform": "web", "status": "drift" if change else "pass", "accuracy_vs_framework": change}
+    rows = [_own("torch", "lenet5", 0, 0.99, targets=[t("web/ort-wasm", 0.0)]),
+            _own("keras", "lenet5", 0, 0.99, targets=[t("web/ort-webgpu", -0.078), t("web/ort-wasm", 0.0)]),
+            _own("keras", "lenet5", 1, 0.99, targets=[t("web/ort-webgpu", -0.637), t("web/ort-wasm", 0.004)])]
+    study = {"rows": rows}
+    moved = next(v for v in tables.seeds(study) if v.title.startswith("Across seeds: deployments"))
+    assert moved.header == ["model", "dataset", "target", "torch", "keras"]
+    assert moved.rows == [["lenet5", "mnist", "web/ort-webgpu", "–", "-35.8 ± 39.5 (worst -63.7, n=2)"]]

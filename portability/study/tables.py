@@ -300,7 +300,26 @@ def seeds(study: dict) -> list[View]:
               "–" if x["p"] is None else f"{x['p']:.3f}", x["verdict"]] for x in a["framework_differences"]]
     out.append(View("Across seeds: framework differences", ["model", "dataset", "frameworks", "Δ points", "p", "verdict"],
                     diffs, [f"test: {a['test']}; undecided: fewer than two seeds on a side"]))
-    return out
+    return out + _moved_across_seeds(a["cells"], fws)
+
+
+def _moved_across_seeds(cells: list[dict], fws: list[str], points: float = 0.005) -> list[View]:
+    """Deployments whose accuracy moved by ``points`` or more in some seed: the change's mean ± std and worst."""
+    by = {(c["arch"], c["dataset"], c["framework"]): c for c in cells}
+    keys = list(dict.fromkeys((c["arch"], c["dataset"], tid) for c in cells for tid, x in c["targets"].items()
+                              if any(abs(v) >= points for v in x["accuracy_vs_framework"]["values"])))
+
+    def cell(arch, d, tid, fw):
+        x = (by.get((arch, d, fw)) or {}).get("targets", {}).get(tid)
+        if not x or not x["accuracy_vs_framework"]["n"]:
+            return "–"
+        ch = x["accuracy_vs_framework"]
+        return f"{_pm_delta(ch)} (worst {_delta(min(ch['values']))}, n={ch['n']})"
+    rows = [[arch, d, tid, *[cell(arch, d, tid, fw) for fw in fws]] for arch, d, tid in keys]
+    return [View("Across seeds: deployments that moved accuracy, points (change against the framework's own: "
+                 "mean ± std over the seeds)", ["model", "dataset", "target", *fws], rows,
+                 [f"a target is listed when its accuracy moved by {100 * points:.1f} points or more in some seed; "
+                  "n: the seeds where it ran"])] if rows else []
 
 
 def _pm_delta(x: dict) -> str:
