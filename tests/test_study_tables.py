@@ -38,7 +38,8 @@ def test_a_drift_says_what_moved_and_where_localize_found_it_or_why_not():
 
 
 def _rb(flip, fgsm, pgd):
-    attacks = {name: [{"epsilon": 0.01, "success_rate_delta": 0.0}, {"epsilon": 0.1, "success_rate_delta": d}]
+    attacks = {name: [{"epsilon": 0.01, "success_rate": 0.1, "success_rate_delta": 0.0},
+                     {"epsilon": 0.1, "success_rate": 0.5 + d, "success_rate_delta": d}]
                for name, d in (("fgsm", fgsm), ("pgd", pgd))}
     return {"available": True, "worst_flip_rate": flip, "adversarial": {"attacks": attacks}}
 
@@ -58,6 +59,10 @@ def test_robustness_moves_per_framework_and_platform_at_the_largest_epsilon():
     assert c["pgd_success_delta"]["mean"] == pytest.approx(0.01)
     (v,) = tables.robustness_moves({"rows": rows})
     assert v.rows == [["torch", "mobile", "2", "2.5 (max 5.0)", "+1.0 [+0.0, +2.0]", "+1.0 [-1.0, +3.0]"]]
+    # it is over every seed: with several, it is not marked as showing the first seed's
+    views = {v.title: v for v in tables.views({"options": {"seeds": 2}, "rows": rows})}
+    assert not any("first seed" in n for n in views[v.title].notes)
+    assert any("first seed" in n for n in views["Accuracy in its own framework, % (eval samples; whole test split in parentheses)"].notes)
 
 
 def _own(fw, arch, seed, acc, pgd=None, targets=()):

@@ -376,11 +376,11 @@ def views(study: dict) -> list[View]:
     verdicts = findings(study)
     study = {**study, "rows": own_rows(study)}
     first = [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
-             *robustness(study), *robustness_moves(study), failures(study)]
-    if many:
-        for v in first[:-1]:
+             *robustness(study)]
+    if many:  # the robustness moves, the failures and the same weights' first table are over every seed
+        for v in first + weights[1:]:
             v.notes.append("with several seeds, this table shows each cell's first seed; the spread is under 'Across seeds'")
-    return [verdicts] + ([*seeds(study)] if many else []) + first + weights
+    return [verdicts] + ([*seeds(study)] if many else []) + first + [*robustness_moves(study), failures(study)] + weights
 
 
 def to_markdown(study: dict) -> str:
