@@ -88,6 +88,8 @@ def test_the_seed_papers_findings_get_verdicts_by_their_stated_rules():
     study["across_seeds"] = stats.across_seeds(study)
     got = {f["finding"].split(" ")[1] + " " + f["finding"].split(" ")[2]: f for f in findings(study)}
     assert got["same training"]["verdict"] == "confirmed"  # torch − keras: 8 points, spread 0.07
+    assert got["same training"]["numbers"][0].startswith("lenet1: torch − keras +8.0 points (p 0.")
+    assert "95 % CI [+7." in got["same training"]["numbers"][0]
     assert got["same weights"]["verdict"] == "refuted" and "2.0e-06" in got["same weights"]["numbers"][0]
     rob = next(f for f in findings(study) if f["finding"].startswith("adversarial"))
     assert rob["verdict"] == "confirmed" and any("mxnet: not attacked" in n for n in rob["numbers"])
@@ -138,3 +140,38 @@ def test_across_seeds_lists_the_deployments_that_moved_accuracy_with_their_sprea
     moved = next(v for v in tables.seeds(study) if v.title.startswith("Across seeds: deployments"))
     assert moved.header == ["model", "dataset", "target", "torch", "keras"]
     assert moved.rows == [["lenet5", "mnist", "web/ort-webgpu", "–", "-35.8 ± 39.5 (worst -63.7, n=2)"]]
+
+
+def test_a_framework_difference_carries_its_confidence_interval_as_scipy_computes_it():
+    """Welch's test here agrees with SciPy's own (p and the 95 % interval of the difference); the interval
+    says what the seeds rule out, also when neither side spreads; one seed a side gives none."""
+    from scipy.stats import ttest_ind
+
+    a, b = [0.98, 0.981, 0.975], [0.90, 0.901, 0.93]
+    w, ref = stats.welch(a, b), ttest_ind(a, b, equal_var=False)
+    assert w["p"] == pytest.approx(ref.pvalue) and w["ci95"] == pytest.approx(list(ref.confidence_interval(0.95)))
+    assert stats.welch([0.9, 0.9], [0.8, 0.8])["ci95"] == pytest.approx([0.1, 0.1])
+    assert stats.welch([0.9], [0.8, 0.8])["ci95"] is None
+    study = {"rows": [_own("torch", "lenet1", s, x) for s, x in enumerate(a)] + [_own("keras", "lenet1", s, x) for s, x in enumerate(b)]}
+    diff = next(v for v in tables.seeds(study) if v.title == "Across seeds: framework differences")
+    lo, hi = ref.confidence_interval(0.95)
+    assert diff.rows == [["lenet1", "mnist", "torch − keras", "+6.8", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{ref.pvalue:.3f}",
+                          "significant"]]
+
+
+def test_no_significant_difference_refutes_only_when_the_seeds_rule_out_a_point():
+    """Frameworks whose seeds agree closely refute "the same configuration gives different accuracy" (every
+    pair's 95 % interval within ±1 point); seeds as spread as an LSTM's decide nothing, though no pair is
+    significant either."""
+    from portability.study.findings import findings
+
+    def verdict(torch, keras):
+        study = {"rows": [_own("torch", "lenet5", s, x) for s, x in enumerate(torch)] +
+                         [_own("keras", "lenet5", s, x) for s, x in enumerate(keras)]}
+        study["across_seeds"] = stats.across_seeds(study)
+        (d,) = study["across_seeds"]["framework_differences"]
+        f = next(f for f in findings(study) if f["finding"].startswith("the same training"))
+        return d["verdict"], f["verdict"]
+
+    assert verdict([0.988, 0.990, 0.986], [0.987, 0.989, 0.988]) == ("within the seed spread", "refuted")
+    assert verdict([0.70, 0.66, 0.68], [0.67, 0.69, 0.71]) == ("within the seed spread", "cannot decide")

@@ -144,6 +144,9 @@ def _tables_only(path: Path, markdown_path: Optional[Path]) -> int:
         raise UsageError(f"--tables: cannot read {path}: {e}") from None
     if not isinstance(study, dict) or study.get("kind") != "portability-study":
         raise UsageError(f"--tables: {path} is not a study's JSON (portability study --json)")
+    from portability.study.run import derive
+
+    study = derive(study)  # its sections as this version computes them from the rows
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)

@@ -73,23 +73,29 @@ class StudyResult:
     planned: int = 0  # rows the study will have
 
     def to_dict(self) -> dict:
-        from portability.study.findings import findings
-        from portability.study.stats import across_seeds, robustness_moves, same_weights
-
         d = {"study_schema": STUDY_SCHEMA, "kind": "portability-study", "started_at": self.started_at,
              "options": self.options, "environment": self.environment, "datasets": self.datasets,
              "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "rows_planned": self.planned, "rows": self.rows}
-        d["across_seeds"] = across_seeds(d)
         # the study's cost from scratch, over every run that did a part of it (a resumed study's own
         # ``total`` counts only what it did itself)
         d["seconds"]["from_scratch"] = round(self.seconds["data"] + sum(
             (r.get("seconds") or {}).get(k) or 0.0 for r in self.rows for k in ("train", "deploy")), 1)
-        if self.options.get("robustness"):
-            d["robustness_moves"] = robustness_moves(d)
-        if self.options.get("same_weights"):
-            d["same_weights"] = same_weights(d)
-        d["findings"] = findings(d)  # last: it reads the sections above
-        return d
+        return derive(d)
+
+
+def derive(d: dict) -> dict:
+    """The study's sections computed from its rows alone (``across_seeds``, ``robustness_moves``,
+    ``same_weights``, ``findings``): also how ``study --tables`` reads a JSON written by an earlier version."""
+    from portability.study.findings import findings
+    from portability.study.stats import across_seeds, robustness_moves, same_weights
+
+    d["across_seeds"] = across_seeds(d)
+    if d["options"].get("robustness"):
+        d["robustness_moves"] = robustness_moves(d)
+    if d["options"].get("same_weights"):
+        d["same_weights"] = same_weights(d)
+    d["findings"] = findings(d)  # last: it reads the sections above
+    return d
 
 
 class Progress:

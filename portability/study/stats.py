@@ -9,9 +9,10 @@ beyond the seed spread.
   over the seeds: its own accuracy, PyTorch's, their difference, the worst logit difference and the top-1
   agreement against PyTorch on the same samples before any export, and per target the deployed accuracy
   next to PyTorch's deployed model's.
-- ``framework_differences``: per (model, dataset) and pair of frameworks, the difference of mean accuracy
-  and Welch's t-test (unequal variances) over the seeds; ``significant`` when p < 0.05, and never with
-  fewer than two seeds on a side (the spread is unknown: ``undecided``).
+- ``framework_differences``: per (model, dataset) and pair of frameworks, the difference of mean accuracy,
+  Welch's t-test (unequal variances) over the seeds and the difference's 95 % confidence interval
+  (``ci95``: a difference outside it is ruled out by the seeds); ``significant`` when p < 0.05, and never
+  with fewer than two seeds on a side (the spread is unknown: ``undecided``).
 """
 from __future__ import annotations
 
@@ -58,19 +59,21 @@ def cells(study: dict) -> list[dict]:
 
 
 def welch(a: list[float], b: list[float]) -> dict:
-    """Welch's t statistic, its degrees of freedom and two-sided p (None when either side has < 2 values
-    or both have no spread)."""
+    """Welch's t statistic, its degrees of freedom, two-sided p and the 95 % confidence interval of the
+    difference of means ``ci95`` (what the seeds rule out; None when either side has < 2 values)."""
     if len(a) < 2 or len(b) < 2:
-        return {"t": None, "df": None, "p": None}
+        return {"t": None, "df": None, "p": None, "ci95": None}
     sa, sb = summary(a), summary(b)
+    diff = sa["mean"] - sb["mean"]
     va, vb = sa["std"] ** 2 / len(a), sb["std"] ** 2 / len(b)
     if va + vb == 0:
-        return {"t": None, "df": None, "p": 0.0 if sa["mean"] != sb["mean"] else 1.0}
-    t = (sa["mean"] - sb["mean"]) / math.sqrt(va + vb)
+        return {"t": None, "df": None, "p": 0.0 if diff else 1.0, "ci95": [diff, diff]}
+    t = diff / math.sqrt(va + vb)
     df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0))
     from scipy import stats
 
-    return {"t": t, "df": df, "p": float(2 * stats.t.sf(abs(t), df))}
+    half = float(stats.t.ppf(1 - ALPHA / 2, df)) * math.sqrt(va + vb)
+    return {"t": t, "df": df, "p": float(2 * stats.t.sf(abs(t), df)), "ci95": [diff - half, diff + half]}
 
 
 def framework_differences(cs: list[dict]) -> list[dict]:

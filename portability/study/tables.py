@@ -49,11 +49,7 @@ def _groups(study: dict) -> dict[tuple[str, str], dict[str, dict]]:
 
 
 def _frameworks(study: dict) -> list[str]:
-    seen: list[str] = []
-    for r in study["rows"]:
-        if r["framework"] not in seen:
-            seen.append(r["framework"])
-    return seen
+    return list(dict.fromkeys(r["framework"] for r in study["rows"]))
 
 
 def _target_ids(rows: dict[str, dict]) -> list[str]:
@@ -297,9 +293,11 @@ def seeds(study: dict) -> list[View]:
     out = [View("Across seeds: accuracy in its own framework, % (mean ± standard deviation over the seeds)",
                 ["model", "dataset", *fws], rows)]
     diffs = [[x["arch"], x["dataset"], " − ".join(x["frameworks"]), f"{100 * x['difference']:+.1f}",
+              f"[{100 * x['ci95'][0]:+.1f}, {100 * x['ci95'][1]:+.1f}]" if x.get("ci95") else "–",
               "–" if x["p"] is None else f"{x['p']:.3f}", x["verdict"]] for x in a["framework_differences"]]
-    out.append(View("Across seeds: framework differences", ["model", "dataset", "frameworks", "Δ points", "p", "verdict"],
-                    diffs, [f"test: {a['test']}; undecided: fewer than two seeds on a side"]))
+    out.append(View("Across seeds: framework differences", ["model", "dataset", "frameworks", "Δ points", "95 % CI", "p",
+                    "verdict"], diffs, [f"test: {a['test']}; 95 % CI: the difference's confidence interval (Welch), "
+                                        "what the seeds rule out; undecided: fewer than two seeds on a side"]))
     return out + _moved_across_seeds(a["cells"], fws)
 
 
