@@ -28,9 +28,14 @@ def _verdict_by_tests(tests: list[dict], margin: float) -> str:
     rule out a difference of that size."""
     if any(t["p"] is not None and t["p"] < ALPHA for t in tests):
         return "confirmed"
-    if tests and all(t.get("ci95") and -margin <= t["ci95"][0] and t["ci95"][1] <= margin for t in tests):
+    if tests and all(_within(t, margin) for t in tests):
         return "refuted"
     return "cannot decide"
+
+
+def _within(test: dict, margin: float) -> bool:
+    ci = test.get("ci95")
+    return bool(ci) and -margin <= ci[0] and ci[1] <= margin
 
 
 def _p_ci(w: dict) -> str:
@@ -48,8 +53,9 @@ def same_configuration(study: dict) -> dict:
                     f"differs at p < {ALPHA}; refuted when every pair's 95 % confidence interval lies within "
                     f"±{100 * MARGIN['accuracy']:.0f} point (a larger difference ruled out); cannot decide otherwise",
             "verdict": _verdict_by_tests(diffs, MARGIN["accuracy"]),
+            # the significant pairs, or first those the seeds cannot tell apart within the margin
             "numbers": [f"{d['arch']}: {' − '.join(d['frameworks'])} {100 * d['difference']:+.1f} points ({_p_ci(d)})"
-                        for d in (sig or diffs)]}
+                        for d in (sig or sorted(diffs, key=lambda d: _within(d, MARGIN["accuracy"])))]}
 
 
 def same_weights(study: dict) -> dict:

@@ -363,7 +363,7 @@ def findings(study: dict) -> View:
     rows = [[f["finding"], f["verdict"], "; ".join(f["numbers"][:6]) + (" …" if len(f["numbers"]) > 6 else "")]
             for f in (study.get("findings") or compute(study))]
     return View("The seed paper's findings, as this study finds them", ["finding (Guo et al., ASE 2019)", "verdict", "numbers"],
-                rows, ["rules: see the JSON's findings (each says what it reads and when it confirms)"])
+                rows, [f"{f['finding']}: {f['rule']}" for f in (study.get("findings") or compute(study))])
 
 
 def views(study: dict) -> list[View]:
