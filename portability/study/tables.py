@@ -203,7 +203,8 @@ def _localized(loc: dict) -> str:
     if loc.get("op_type"):
         node = f"node {loc['node']}" if loc.get("node") else "an unnamed node"
         return f"; first diverging op {loc['op_type']} ({node}" + (", its inputs clean" if loc.get("op_at_fault") else "") + ")"
-    return f"; localize: {loc['why']}" if loc.get("why") else ""
+    why = str(loc.get("why") or "")
+    return f"; {why}" if why.startswith("localize") else (f"; localize: {why}" if why else "")
 
 
 def failures(study: dict) -> View:
