@@ -38,7 +38,7 @@ COMMON_OPS = ("Conv", "Relu", "MaxPool", "Gemm", "MatMul", "Add", "Softmax", "Si
 
 def manifest(folder: Path, ops: int) -> Path:
     sys.path.insert(0, str(ROOT))
-    from portability.engine import conformance
+    from portability.audit import conformance
     from portability.workers.cache import default_root
 
     lines = []

@@ -1,7 +1,7 @@
 """The Python API: ``portability.check(model, targets=..., dataset=..., **options) -> Report``.
 
 The same pipeline as ``portability check`` (engine.pipeline.check, options resolved by
-engine.options.resolve), without printing.
+settings.options.resolve), without printing.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from portability.report.schema import Report
 def options(targets: str | Sequence[str] = "server", *, dataset: str | os.PathLike | None = None,
             value_range: tuple[float, float] | None = None, **rest):
     """CheckOptions from keyword arguments, resolved like the command line's flags (one set of defaults:
-    ``portability.engine.options``); an unknown name is a UsageError naming the known ones."""
-    from portability.engine.options import resolve
+    ``portability.settings.options``); an unknown name is a UsageError naming the known ones."""
+    from portability.settings.options import resolve
 
     return resolve(dict(rest, targets=targets, dataset=dataset, input_range=value_range))
 
@@ -29,7 +29,7 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
     exported by ``torch.export``) or ``keras.Model`` (saved as ``.keras``).
     ``targets``: platforms or target ids, a comma-separated string or a list (``["web", "mobile/tflite-int8"]``).
     ``dataset``: an ``.npz`` with inputs ``x`` and integer labels ``y`` (adds accuracy). Other options: every
-    setting of ``check`` by its name (``portability.engine.options.SETTINGS``, listed below), e.g. ``shapes``
+    setting of ``check`` by its name (``portability.settings.options.SETTINGS``, listed below), e.g. ``shapes``
     (``{"x": [1, 3, 224, 224]}``), ``thresholds`` (``{"max_abs": 1e-3, "mobile/tflite-fp16": {"max_abs":
     5e-3}}``), ``via`` (a format or converter every chain must pass: ``"onnx"``); ``value_range`` is
     ``input_range`` as a tuple. ``record_history=True`` also records the check in the history database.
@@ -46,11 +46,11 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
         path = live.materialize(model, example_inputs, Path(tmp)) if live.kind(model) else Path(model)
         report = run_check(path, settings)
         if settings.localize:
-            from portability.engine.localize import attach
+            from portability.explain.localize import attach
 
             attach(report, path, settings)
         if settings.fix:
-            from portability.engine import fix
+            from portability.explain import fix
 
             fix.attach(report, path, settings)
     if record_history:
@@ -63,7 +63,7 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
 
 def _document() -> None:
     """List every setting, with its help, under ``check``'s docstring (the one declaration of them)."""
-    from portability.engine.options import settings
+    from portability.settings.options import settings
 
     lines = [f"    ``{s.name}``: {s.help_text()}" for s in settings() if s.name not in ("targets", "dataset")]
     check.__doc__ = (check.__doc__ or "") + "\n\n    Settings:\n\n" + "\n".join(lines) + "\n"

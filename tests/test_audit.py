@@ -168,7 +168,7 @@ def test_onnx_conformance_cases_are_checked_against_the_specs_outputs(tmp_path):
 def test_a_target_that_agrees_with_the_reference_but_not_the_spec_is_a_spec_drift(tmp_path):
     import numpy as np
 
-    from portability.engine.conformance import against_spec
+    from portability.audit.conformance import against_spec
     from portability.report.scorecard import build
 
     np.savez(tmp_path / "expected.npz", y=np.array([1.0, 2.0, 3.0], dtype=np.float32))

@@ -75,7 +75,7 @@ def test_the_alternatives_follow_the_route_and_the_model():
     """Which alternatives apply: onnx2tf's only on an onnx2tf route, -rtpo with the model's own ops, -dgc only
     for a model with convolutions, ONNX Runtime's levels for its runtimes, ONNX for a route that avoids it,
     the engine's other backends last."""
-    from portability.engine.fix import alternatives
+    from portability.explain.fix import alternatives
 
     tfl = [a.name.split(" (")[0] for a in alternatives(["OnnxFromOnnx", "SavedModelFromOnnx", "TfliteFromSavedModel"],
                                                        "portability.runtimes.litert:LiteRt", {"MatMul", "Erf"}, ["x"], "mobile/tflite-fp32")]

@@ -30,7 +30,7 @@ def pool(monkeypatch):
 def _job(tmp_path, runtime: str = ECHO):
     from portability.core.model import load_model
     from portability.core.protocol import Job, save_feeds
-    from portability.engine.options import resolve
+    from portability.settings.options import resolve
     from portability.engine.pipeline import prepare_feeds
     from portability.targets.base import Target
 

@@ -104,7 +104,8 @@ def test_a_lookup_that_misses_lists_what_exists():
 
 
 FOUNDATIONS = "portability.core"
-ABOVE = ("portability.engine", "portability.targets", "portability.converters", "portability.report",
+ABOVE = ("portability.engine", "portability.audit", "portability.explain", "portability.settings",
+         "portability.study", "portability.targets", "portability.converters", "portability.report",
          "portability.runtimes", "portability.web", "portability.mobile", "portability.cli", "portability.workers")
 
 
@@ -200,6 +201,69 @@ def test_the_package_has_no_import_loop_between_its_subpackages():
 
     loops = sorted((a, b, where[(a, b)][0]) for a in edges for b in edges[a] if reaches(b, a, set()))
     assert not loops, f"import loops (package, package it imports, where): {loops}"
+
+
+def _module_graph() -> dict[str, dict[str, int]]:
+    """Every module of the package -> the modules of the package it imports (and the line), counting
+    imports inside functions too: ``from portability.x import y`` names the module ``portability.x.y`` where
+    there is one, else the package ``portability.x``."""
+    def name(p: Path) -> str:
+        rel = p.relative_to(PKG.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        return ".".join(parts)
+
+    known = {name(p) for p in PKG.rglob("*.py")}
+    edges: dict[str, dict[str, int]] = {}
+    for p in PKG.rglob("*.py"):
+        me = name(p)
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.Import):
+                mods = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                mods = [f"{n.module}.{a.name}" if f"{n.module}.{a.name}" in known else n.module for a in n.names]
+            else:
+                continue
+            for m in mods:
+                while m and m not in known:
+                    m = m.rpartition(".")[0]
+                if m and m.startswith("portability") and m != me and not me.startswith(m + "."):
+                    edges.setdefault(me, {}).setdefault(m, n.lineno)
+    return edges
+
+
+def test_no_import_circle_between_modules():
+    """No module reaches itself through the modules it imports, at any depth (a circle inside one package
+    is as much a knot as one between packages)."""
+    edges = _module_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    where = [[f"{a} -> {b} (line {edges[a][b]})" for a in c for b in edges.get(a, {}) if b in c] for c in circles]
+    assert not circles, f"import circles: {where}"
 
 
 def test_the_engine_reaches_the_worker_machinery_only_through_its_seam():

@@ -3,8 +3,6 @@ differentiable source, and a check without the flag left as it was."""
 from __future__ import annotations
 
 import importlib.util
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,8 +147,10 @@ def test_the_perturbed_set_is_the_same_for_every_target(tmp_path):
     """Each target's job names the one perturbed file, which holds exactly the seeded set."""
     from portability.core.protocol import load_feeds
     from portability.engine import plan
-    from portability.engine.options import resolve
-    from portability.engine.pipeline import _Run, _Silent, prepare_feeds
+    from portability.settings.options import resolve
+    from portability.engine.evaluate import Evaluator
+    from portability.engine.lease import Runner, Silent
+    from portability.engine.pipeline import prepare_feeds
     from portability.metrics.robustness.run import prepare
     from portability.sources import load_source_isolated
 
@@ -158,7 +158,7 @@ def test_the_perturbed_set_is_the_same_for_every_target(tmp_path):
     opts = resolve({"dataset": str(FIXTURES / "digits.npz"), "samples": 12, "robustness": True, "robustness_samples": 6})
     feeds = prepare_feeds(model, opts)
     rob = prepare(model, feeds, opts, tmp_path)
-    run = _Run(model, feeds, opts, tmp_path, _Silent(), rob)
+    run = Runner(model, feeds, opts, tmp_path, Silent(), Evaluator(model, feeds, opts, rob))
     targets, _, _ = plan.for_check(model.format, "server,mobile", None)
     files = {run.job(t).extra_feeds for t in targets}
     assert files == {str(rob.file)}

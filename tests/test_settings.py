@@ -1,4 +1,4 @@
-"""Settings are declared once (``engine.options.SETTINGS`` and the metrics' thresholds): the flags, the
+"""Settings are declared once (``settings.options.SETTINGS`` and the metrics' thresholds): the flags, the
 settings file's keys, the API's keyword arguments and the help texts' defaults all come from it."""
 import subprocess
 import sys
@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from portability.cli.options import takes_settings
 from portability.core.errors import UsageError
-from portability.engine.config import keys, load_config
-from portability.engine.options import resolve, setting, settings
+from portability.settings.config import keys, load_config
+from portability.settings.options import resolve, setting, settings
 
 
 def _capture(command: str) -> typer.Typer:

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES, by_id, run_cli
 from portability.core.errors import UsageError
-from portability.engine import versions
+from portability.workers import versions
 
 #: an older ONNX Runtime with a wheel for this Python (onnxruntime#24398 went back to it)
 OLD_ORT = "1.20.1"

@@ -1,4 +1,4 @@
-"""``portability audit DIR|MANIFEST``: many models, one scorecard (``engine/audit.py``)."""
+"""``portability audit DIR|MANIFEST``: many models, one scorecard (``audit/run.py``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,7 +34,7 @@ def audit(
     from rich.console import Console
 
     from portability.core.errors import UsageError
-    from portability.engine.audit import run
+    from portability.audit.run import run
     from portability.report import scorecard
 
     err = Console(stderr=True)
@@ -76,7 +76,7 @@ def _corpus(err, spec: Path | None, onnx_conformance: bool, ops: str | None, cas
         return None
     if spec is not None:
         raise UsageError("--onnx-conformance builds its own corpus: give no folder or manifest")
-    from portability.engine import conformance
+    from portability.audit import conformance
     from portability.core.dirs import default_root
 
     err.print("audit: building the ONNX conformance corpus from the installed onnx package…", highlight=False)

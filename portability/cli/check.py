@@ -75,7 +75,7 @@ def check(
 
 def _settings(f: dict[str, Any]) -> dict:
     """The settings file's table (with ``--profile``'s settings over it)."""
-    from portability.engine.config import find_config, load_config
+    from portability.settings.config import find_config, load_config
     from portability.core.errors import UsageError
 
     if f["config"] and not f["config"].is_file():
@@ -88,8 +88,8 @@ def _check(f: dict[str, Any], flags: dict[str, Any]) -> int:
 
     from portability.cli import outputs
     from portability.sources import load_source_isolated
-    from portability.engine.config import COMPARE
-    from portability.engine.options import resolve
+    from portability.settings.config import COMPARE
+    from portability.settings.options import resolve
     from portability.engine.pipeline import check as run_check
 
     err = Console(stderr=True)
@@ -112,11 +112,11 @@ def _check(f: dict[str, Any], flags: dict[str, Any]) -> int:
         progress.status = status
         report = run_check(f["model"], opts, progress, model=info, kept=kept)
         if opts.localize:
-            from portability.engine.localize import attach
+            from portability.explain.localize import attach
 
             attach(report, f["model"], opts, say=lambda s: status.update(s))
         if opts.fix:
-            from portability.engine import fix
+            from portability.explain import fix
 
             fix.attach(report, f["model"], opts, say=lambda s: status.update(f"fix: {s}…"))
     from portability.report.golden import Golden

@@ -27,8 +27,8 @@ def fix(
     from rich.console import Console
 
     from portability.cli.check import _say_sandbox
-    from portability.engine import fix as engine
-    from portability.engine.options import resolve
+    from portability.explain import fix as engine
+    from portability.settings.options import resolve
     from portability.report.localized import fix_line
 
     err = Console(stderr=True)

@@ -1,4 +1,4 @@
-"""``portability localize MODEL --target ID``: the first node whose output diverges there (``engine/localize.py``)."""
+"""``portability localize MODEL --target ID``: the first node whose output diverges there (``explain/localize.py``)."""
 from __future__ import annotations
 
 import json
@@ -33,8 +33,8 @@ def localize(
     from rich.console import Console
 
     from portability.cli.check import _say_sandbox
-    from portability.engine import localize as engine
-    from portability.engine.options import resolve
+    from portability.explain import localize as engine
+    from portability.settings.options import resolve
 
     err = Console(stderr=True)
     opts = resolve(settings, {"targets": target})

@@ -1,5 +1,5 @@
 """Command-line options. A check's settings become flags from their one declaration
-(``engine.options.SETTINGS`` and the metrics' thresholds): ``@takes_settings("check")`` gives a command a flag
+(``settings.options.SETTINGS`` and the metrics' thresholds): ``@takes_settings("check")`` gives a command a flag
 for every setting that names that command, and hands the command the values as the settings' own names
 (``--shape`` is ``shapes``, ``--no-cache`` is ``use_cache=False``), with None for a flag left out, so that a
 settings file can set it. The options that are a command's own (where to write reports, what to compare
@@ -14,7 +14,7 @@ from typing import Annotated, Any, Callable, List, Optional, get_type_hints
 import typer
 from typer.models import ArgumentInfo
 
-from portability.engine.options import Setting, settings
+from portability.settings.options import Setting, settings
 
 REPORTS = "Reports"
 

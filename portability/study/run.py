@@ -163,7 +163,7 @@ class _Study:
         from dataclasses import replace
 
         from portability.core.dirs import default_root
-        from portability.engine.audit import State
+        from portability.audit.corpus import State
 
         given = PROFILE_DEFAULTS.get(o.profile, {})
         o = replace(o, seeds=o.seeds or given.get("seeds", 1),
@@ -358,7 +358,7 @@ class _Study:
     def _localize(self, row: dict, trained, tid: str) -> dict:
         """The first diverging op of a drifting target (``localize`` on the row's samples, at most 16)."""
         from portability import api
-        from portability.engine import localize
+        from portability.explain import localize
 
         self.progress.stage(f"{row['framework']} {row['arch']}: localizing {tid}")
         opts = api.options(tid, dataset=trained.eval_data, samples=16, runs=0, seed=self.o.seed, cache_dir=self.cache_root)

@@ -4,7 +4,7 @@ Each ``Setting`` below is one of the user's settings: its name is the ``[tool.po
 keyword argument of ``portability.check()`` and, dashed, the ``check`` flag (``time_budget``,
 ``--time-budget``); it carries its type, its default, its help text (``{default}`` is filled in from the
 default), the commands that take it as a flag, the types a settings file may give, and how its value is
-read into ``CheckOptions``. The command line (``cli/options.py``), settings files (``engine/config.py``),
+read into ``CheckOptions``. The command line (``cli/options.py``), settings files (``settings/config.py``),
 audit manifests, the Python API and the help texts all read this list; thresholds come from the metrics
 (``metrics.base.Threshold``). Adding a setting is one entry here, one ``CheckOptions`` field and its use.
 
@@ -54,11 +54,11 @@ class CheckOptions:
     robustness_samples: int
     #: the OS sandbox of every process that reads or runs the model: auto, require, off (``core.sandbox``)
     sandbox: str
-    #: {package: [versions]}: the targets using a package run once more per version (``engine.versions``)
+    #: {package: [versions]}: the targets using a package run once more per version (``workers.versions``)
     versions: dict
     #: the output read as class scores for accuracy and robustness (None: the first that looks like scores)
     scores_output: str | None
-    #: after the check, localize every drifting target (``engine/localize.py``): reproducers go here
+    #: after the check, localize every drifting target (``explain/localize.py``): reproducers go here
     localize: Path | None
     #: after the check, search for a conversion or runtime option under which each failing target passes
     fix: bool
@@ -201,7 +201,7 @@ def _jobs(v: Any, s: Setting) -> int:
 
 def _versions(v: Any, s: Setting) -> dict:
     """``["onnxruntime=1.20.1,1.31.1"]`` (flags) or ``{"onnxruntime": ["1.20.1"]}`` (a settings file)."""
-    from portability.engine.versions import parse
+    from portability.workers.versions import parse
 
     if isinstance(v, dict):
         v = [f"{k}={','.join(x) if isinstance(x, (list, tuple)) else x}" for k, x in v.items()]

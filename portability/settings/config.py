@@ -25,7 +25,7 @@ import tomllib
 from pathlib import Path
 
 from portability.core.errors import UsageError
-from portability.engine.options import relative_paths, settings
+from portability.settings.options import relative_paths, settings
 from portability.metrics.thresholds import DEFAULTS
 
 #: comparing with a baseline (report/diff.py): keys of the ``check`` command, not of a check; named profiles
@@ -34,7 +34,7 @@ COMPARE = {"baseline": (str, int), "regression": dict}
 
 
 def keys() -> dict:
-    """{key: the types it may have} of a settings file: every check setting a file can set (``engine.options``),
+    """{key: the types it may have} of a settings file: every check setting a file can set (``settings.options``),
     and the comparison's."""
     return {s.name: s.file_types for s in settings() if s.file_types} | COMPARE
 

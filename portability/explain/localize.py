@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from portability.core.errors import UsageError
-from portability.engine.cuts import Graph
+from portability.explain.cuts import Graph
 
 #: the most bytes of intermediate tensors (reference and target together, all batches) one run returns
 CHUNK_BYTES = 256 * 2**20
@@ -181,7 +181,7 @@ def run(model_path: Path, target: str, opts, out_dir: Path, say: Callable[[str],
         raise UsageError(f"unknown target '{target}' (see `portability targets`)")
     info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
     if info.format != "onnx":
-        from portability.engine.export import onnx_export
+        from portability.explain.export import onnx_export
 
         onnx_path, how = onnx_export(Path(model_path), info, reg[target], opts, say)
         doc = run(onnx_path, target, opts, out_dir, say)

@@ -2,7 +2,7 @@
 
 Each Ray worker is an actor holding a session of its own (``engine/session.py``): its own browsers,
 emulator and warm worker pool, started once on its node and reused for every model it is given; it
-checks one model at a time exactly as the local executor does (``engine.audit.check_one``) and answers
+checks one model at a time exactly as the local executor does (``audit.unit.check_one``) and answers
 the entry as JSON text, so that the driver gets plain values whichever executor ran the model. The driver
 hands each free actor the next model, writes every entry to the audit's state as it arrives (a killed
 audit resumes the same way) and stops the actors at the end.
@@ -34,7 +34,7 @@ class Auditor:
         self.session = Session(mode, reads)
 
     def check(self, item, base: dict, flags: dict) -> str:
-        from portability.engine.audit import check_one
+        from portability.audit.unit import check_one
 
         return json.dumps(check_one(item, base, flags, self.session), default=str)
 

@@ -89,7 +89,7 @@ def build(folder: Path, ops: list[str] | None = None, cases: str = "one"):
     ``(items, left_out)``: the audit items, in op order, and ``{case name: reason}`` of the cases left out."""
     import onnx
 
-    from portability.engine.audit import Item
+    from portability.audit.corpus import Item
 
     if cases not in CASES:
         raise UsageError(f"--cases must be one of {', '.join(CASES)}, got '{cases}'")

@@ -1,0 +1,146 @@
+"""What a target's worker returned, judged: its outputs against the reference's, its metrics against its
+thresholds, and the verdict, as a :class:`TargetResult`. Holds the reference's outputs once it has run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from portability.core import inputs as inp
+from portability.core.artifact import artifact_notes
+from portability.core.errors import UsageError
+from portability.core.model import ModelInfo, quantization
+from portability.core.protocol import WorkerResult, load_outputs
+from portability.core.status import Status
+from portability.engine import verdict
+from portability.settings.options import CheckOptions
+from portability.workers import log_tail
+from portability import metrics
+from portability.metrics import accuracy as acc
+from portability.metrics import drift, thresholds
+from portability.metrics.base import Evaluation
+from portability.metrics.latency import samples_note, summarize, timing_note
+from portability.report.schema import TargetResult
+from portability.targets import Target
+
+#: the worker outcomes whose log tail the report keeps
+_LOGGED = (Status.CRASHED, Status.TIMEOUT, Status.RUN_ERROR, Status.LOAD_ERROR, Status.CONVERT_ERROR)
+
+
+class Evaluator:
+    """One check's judge: turns each worker's result into a TargetResult, the reference's first."""
+
+    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, robustness=None):
+        self.model, self.feeds, self.opts = model, feeds, opts
+        #: the robustness pass (``metrics.robustness.run.Robustness``), with ``--robustness``
+        self.robustness = robustness
+        self.out_names = tuple(o.name for o in model.outputs)
+        #: the bounds of a model quantized already (``metrics.thresholds``), else None
+        self.quantized = {"static": thresholds.INT8, "dynamic": thresholds.DYNINT8}.get(quantization(model.quantized_ops))
+        if opts.scores_output and opts.scores_output not in self.out_names:
+            raise UsageError(f"--scores-output {opts.scores_output}: the model has no such output "
+                             f"(outputs: {', '.join(self.out_names)})")
+        self.ref_outputs: dict[str, np.ndarray] = {}
+        self.ref_metrics: dict = {}
+        self.ref_perturbed: dict[str, np.ndarray] = {}
+        self.score_name: str | None = None
+        #: target id -> output name -> array, of every target that ran
+        self.outputs: dict[str, dict[str, np.ndarray]] = {}
+        #: the source's own runtime, and each target's plan (recorded in its details)
+        self.reference: str = ""
+        self.plans: dict = {}
+
+    def thresholds_for(self, target: Target) -> dict:
+        """The target's bounds, loosened to a quantized model's where the model is quantized already, then
+        the user's."""
+        base = target.thresholds
+        if self.quantized and target.id != self.reference:
+            base = thresholds.looser(thresholds.merged(base), thresholds.merged(self.quantized))
+        return thresholds.merged(base, self.opts.thresholds, self.opts.target_thresholds.get(target.id))
+
+    def quantized_note(self) -> list[str]:
+        if not self.quantized:
+            return []
+        q = self.quantized
+        return [f"the model is quantized already ({quantization(self.model.quantized_ops)}: "
+                f"{', '.join(self.model.quantized_ops)}): every target is judged as a quantized model is, like the TFLite "
+                f"int8 variants (cosine >= {q['cosine']}, top-1 agreement >= {q['top1_agreement']}, max_abs reported "
+                "but not judged), since runtimes' integer kernels round differently"]
+
+    def skipped(self, target: Target, reason: str, hint: str | None) -> TargetResult:
+        v = verdict.skipped(target, self.opts.gate)
+        return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
+                            error=reason, hint=hint, metrics=metrics.empty(), thresholds=self.thresholds_for(target))
+
+    @staticmethod
+    def _details(wr: WorkerResult) -> dict:
+        details = dict(wr.details)
+        if wr.conversions:
+            details["conversions"] = [c.to_dict() for c in wr.conversions]
+        for k in ("backend_requested", "backend_used"):
+            if getattr(wr, k):
+                details[k] = getattr(wr, k)
+        if wr.emulated:
+            details["emulated"] = True
+        if wr.caveat:
+            details["caveat"] = wr.caveat
+        if wr.phases_s:
+            details["phases_s"] = wr.phases_s
+        if not wr.ok and wr.status in _LOGGED:
+            tail = log_tail(Path(wr.log)) if wr.log else []
+            if tail:
+                details["log_tail"] = tail
+        return details
+
+    def evaluate(self, target: Target, wr: WorkerResult, wdir: Path) -> TargetResult:
+        t = self.thresholds_for(target)
+        is_ref = target.id == self.reference
+        outs = load_outputs(wdir / "outputs.npz", self.out_names) if wr.ok else {}
+        if is_ref and wr.ok:
+            self.score_name = self.opts.scores_output or acc.score_output(outs)
+        rob = self.robustness
+        extra = load_outputs(wdir / "extra_outputs.npz", self.out_names) if wr.ok and rob else {}
+        ref, labels, cut = self.ref_outputs, self.feeds.labels, (wr.details or {}).get("samples")
+        ref_metrics = self.ref_metrics
+        if cut and not is_ref:  # a slow target compared the first batches only: so is the reference
+            ref = {n: v[:cut["batches"]] for n, v in ref.items()}
+            labels = labels[:cut["batches"]] if labels is not None and len(labels) == cut["of"] else labels
+            ref_metrics = dict(ref_metrics, accuracy=acc.accuracy(ref, labels, self.score_name))
+        ev = Evaluation(worker=wr, outputs=outs, reference=None if is_ref else ref,
+                        output_names=self.out_names, labels=labels, score_name=self.score_name,
+                        reference_metrics=ref_metrics, perturbed=rob.set if rob else None, perturbed_outputs=extra,
+                        reference_perturbed=None if is_ref else self.ref_perturbed,
+                        adversarial=rob.adversarial if rob else None)
+        if wr.ok:
+            self.outputs[target.id] = outs
+            m, problems = metrics.evaluate(ev)
+            found = None if is_ref else problems + metrics.breaches(m, t)
+        else:
+            m, found = dict(metrics.empty(), latency_ms=summarize(wr.latency), peak_rss_mb=wr.peak_rss_mb), None
+        v = verdict.decide(target, self.opts.gate, wr, found)
+        if is_ref and wr.ok:
+            self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
+        return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
+                            runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
+                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + samples_note(wr.details) + timing_note(m) + artifact_notes(wr.details),
+                            details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
+
+    def odd_one_out(self, results: list[TargetResult], targets: list[Target]) -> list[str]:
+        """Independent runtimes that agree with each other but not with the reference name it.
+
+        Witnesses must be independent: targets that run one converted model (the same first conversion
+        after the snapshot, e.g. one onnx2tf SavedModel) count once, and a runtime with a known caveat
+        (onnx.reference's wrong kernels) is no witness."""
+        lineage = {t.id: (t.converters[1][0] if len(t.converters) > 1 else t.id) for t in targets}
+        drifted = [r for r in results if r.status == Status.DRIFT and r.id in self.outputs and r.id != self.reference
+                   and not r.details.get("caveat")]
+        agreeing: list[str] = []
+        for i, a in enumerate(drifted):
+            for b in drifted[i + 1:]:
+                per, agreement, problems = drift.compare(self.outputs[a.id], self.outputs[b.id])
+                if not problems and not drift.breaches({"outputs": per, "top1_agreement": agreement}, thresholds.DEFAULTS):
+                    agreeing += [x for x in (a.id, b.id) if x not in agreeing]
+        if len({lineage.get(x, x) for x in agreeing}) >= 2:
+            return [f"{', '.join(agreeing)} agree with each other but not with the reference {self.reference}: "
+                    "the reference may be the odd one out"]
+        return []

@@ -1,0 +1,169 @@
+"""Targets run in leased workers: each target's job, its worker (with the shared service its runtime uses,
+leased for it), its limits and its turn among the others; what each worker returns goes to the
+:class:`~portability.engine.evaluate.Evaluator`."""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from portability.core import inputs as inp
+from portability.core.model import ModelInfo
+from portability.core.protocol import Job, WorkerResult, save_feeds
+from portability.core.status import Status
+from portability.engine.evaluate import Evaluator
+from portability.settings.options import CheckOptions, Limits
+from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
+from portability.report.schema import TargetResult
+from portability.targets import Target, availability
+
+log = logging.getLogger(__name__)
+
+
+class Progress(Protocol):
+    def target_started(self, target: Target) -> None: ...
+    def target_phase(self, target: Target, phase: str) -> None: ...
+    def target_done(self, result: TargetResult) -> None: ...
+
+
+class Silent:
+    def target_started(self, target): pass
+    def target_phase(self, target, phase): pass
+    def target_done(self, result): pass
+
+
+class Runner:
+    """One check's targets in their workers: leases each its worker and shared service, in turn."""
+
+    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress,
+                 judge: Evaluator, services: Services | None = None):
+        self.model, self.feeds, self.opts, self.workdir, self.progress, self.judge = \
+            model, feeds, opts, workdir, progress, judge
+        self.in_names = tuple(i.name for i in model.inputs)
+        #: the static shape of every input with a dynamic dimension, as the feeds have it: what converters get
+        self.input_shapes = {s.name: [int(d) for d in feeds.arrays[s.name].shape[1:]] for s in model.inputs
+                             if any(not isinstance(d, int) for d in s.shape)}
+        self.feeds_file = workdir / "feeds.npz"
+        self.check_id = workdir.name  # unique per check (a fresh temporary folder)
+        save_feeds(feeds.arrays, self.feeds_file, self.in_names)
+        self.gate = TimingGate(opts.jobs)
+        self.readable = confine.readable(model.path, workdir, opts.cache_dir)
+        #: a session's services (``engine/session.py``: several checks share them), else the check's own
+        self.services = services or Services(confine.shared(opts.sandbox, self.readable))
+        self._own_services = services is None
+        #: targets without a converter route (id -> why)
+        self.no_route: dict[str, str] = {}
+        self._runtimes: dict[str, Any] = {}
+
+    def _runtime(self, target: Target):
+        """What the target's runtime is (``Runtime.facts``: its cost, service, group, network), read from its
+        class: no runtime is created in the check's own process, only in its worker."""
+        from portability.core.target import load_class
+
+        if target.id not in self._runtimes:
+            facts = self._runtimes[target.id] = load_class(target.runtime).facts(target.options)
+            if facts.service and facts.provider:
+                self.services.declare(facts.service, facts.provider)
+        return self._runtimes[target.id]
+
+    def _lease(self, target: Target):
+        """(services for the job, the lease): the shared service the target's runtime uses (a browser, the
+        emulated ARM64 interpreter), started on first use."""
+        name = self._runtime(target).service
+        if not name:
+            return {}, None
+        if self.services.running(name):
+            endpoint, lease = self.services.lease(name)
+        else:
+            # a service starts once (a browser, the emulator: seconds) while the others using it wait: none
+            # of them holds its job slot meanwhile, and no target times until it is up
+            self.gate.blocked(target.id, True)
+            try:
+                endpoint, lease = self.services.lease(name)
+            finally:
+                self.gate.blocked(target.id, False, take_slot=True)
+        return ({name: endpoint} if endpoint else {}), lease
+
+    def _release(self, lease, wr: WorkerResult) -> None:
+        """A target that hung, crashed or lost its page may leave the service unwell: later targets get a
+        fresh one, and this one stops when no running target uses it."""
+        unwell = wr.status in (Status.TIMEOUT, Status.CRASHED) or "crash" in (wr.error or "")
+        self.services.release(lease, unwell=unwell)
+
+    def prestart(self, targets: list[Target]) -> None:
+        """The shared services the available ones of these targets use start now, beside the reference run."""
+        self.services.prestart({self._runtime(t).service for t in targets
+                                if t.id not in self.no_route and availability(t).ok})
+
+    def close(self) -> None:
+        if self._own_services:
+            self.services.close()
+
+    def run_all(self, targets: list[Target]) -> list[TargetResult]:
+        """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
+        (``workers/schedule.py``); the results in the order of ``targets``."""
+        order = by_cost(targets, lambda t: self._runtime(t).cost)
+        self.gate.plan([(t.id, self._runtime(t).contends) for t in order])
+        pool = ThreadPoolExecutor(max_workers=min(len(order), self.gate.threads()) or 1)
+        try:
+            done = dict(zip((t.id for t in order), pool.map(self.run, order)))
+        except BaseException:  # Ctrl-C: stop every worker (they run in sessions of their own)
+            kill_all()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return [done[t.id] for t in targets]
+
+    def job(self, target: Target, services: dict[str, str] | None = None, wdir: Path | None = None) -> Job:
+        o, rob = self.opts, self.judge.robustness
+        return Job(services=dict(services or {}),
+                   sandbox=confine.worker(o.sandbox, self.readable, wdir, o.cache_dir, o.use_cache,
+                                          self._runtime(target).network, dict(services or {})) if wdir else {},
+                   target=target, source=self.model.artifact(), signature=self.model.signature(),
+                   feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
+                   output_names=self.judge.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
+                   cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
+                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
+                   extra_feeds=str(rob.file) if rob and rob.set.groups else "",
+                   extra_clean=rob.set.batches if rob else 0,
+                   run_timeout_s=self.limits(target).run_timeout_s)
+
+    def limits(self, target: Target) -> Limits:
+        """The check's limits, with the target's own run time limit unless the user set one."""
+        limits = self.opts.limits
+        if target.run_timeout_s and not self.opts.timeout_explicit:
+            limits = Limits(limits.convert_timeout_s, target.run_timeout_s, limits.memory_mb)
+        return limits
+
+    def run(self, target: Target, skip_reason: str | None = None) -> TargetResult:
+        try:
+            return self._run(target, skip_reason)
+        finally:
+            self.gate.withdraw(target.id)  # skipped, or failed before its start: the others need not wait
+
+    def _run(self, target: Target, skip_reason: str | None) -> TargetResult:
+        self.progress.target_started(target)
+        t0 = time.monotonic()
+        skip_reason = skip_reason or self.no_route.get(target.id)
+        avail = None if skip_reason else availability(target)
+        if skip_reason or not avail.ok:
+            res = self.judge.skipped(target, skip_reason or avail.reason, None if skip_reason else avail.hint)
+        else:
+            wdir = self.workdir / target.id.replace("/", "__")
+            log.debug("%s: queued", target.id)
+            self.gate.admit(target.id)
+            try:
+                log.debug("%s: admitted", target.id)
+                services, lease = self._lease(target)
+                wr = run_worker(self.job(target, services, wdir), wdir, self.limits(target),
+                                lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)
+                self._release(lease, wr)
+            finally:
+                self.gate.finished(target.id)  # whatever happened, it no longer holds the others' timing
+            res = self.judge.evaluate(target, wr, wdir)
+        res = replace(res, duration_s=round(time.monotonic() - t0, 3))
+        self.progress.target_done(res)
+        return res
