@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from portability.core.status import Status
+
 
 class NotPortable(AssertionError):
     """A gating target failed, or regressed since the baseline. ``report`` (and ``diff``) say everything."""
@@ -46,7 +48,7 @@ def failure_message(report, diff=None) -> str | None:
         lines.append(f"  {t.id}: {t.status} — " + "; ".join(why))
     lines += [f"  {c.target}: regressed — {c.text}" for c in regressions]
     lines.append(f"  (reference {report.reference}; passed: "
-                 + (", ".join(t.id for t in report.targets if t.status == "pass") or "none") + ")")
+                 + (", ".join(t.id for t in report.targets if t.status == Status.PASS) or "none") + ")")
     return "\n".join(lines)
 
 

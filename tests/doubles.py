@@ -28,6 +28,26 @@ class Abort(OrtCpu):
         os.abort()
 
 
+class Segv(OrtCpu):
+    """ONNX Runtime, CPU, whose optimized graph has a kernel that crashes on Relu: the first inference of a
+    model with a Relu, under the default graph optimizations, reads address 0 (a real SIGSEGV that kills its
+    worker); with fewer optimizations, or without a Relu, it runs as ORT does."""
+
+    def load(self, artifact):
+        import onnx
+
+        super().load(artifact)
+        ops = {n.op_type for n in onnx.load(str(artifact.path), load_external_data=False).graph.node}
+        self._crashes = "Relu" in ops and self.options.get("graph_optimization", "all") == "all"
+
+    def infer(self, feeds):
+        if self._crashes:
+            import ctypes
+
+            ctypes.string_at(0)
+        return super().infer(feeds)
+
+
 class Hang(OrtCpu):
     def infer(self, feeds):
         while True:
@@ -124,6 +144,8 @@ register(
 
     Target(id="test/abort", runtime=f"{HERE}:Abort",
            description="aborts its worker (SIGABRT) on the first inference"),
+    Target(id="test/segv", runtime=f"{HERE}:Segv",
+           description="crashes its worker (SIGSEGV) on a model with a Relu, unless ORT's graph optimizations are lowered"),
     Target(id="test/hang", runtime=f"{HERE}:Hang",
            run_timeout_s=3, description="hangs in the first inference"),
     Target(id="test/hog", runtime=f"{HERE}:Hog",

@@ -31,7 +31,7 @@ def test_an_audit_of_a_folder_gives_a_row_per_model_and_a_scorecard(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr  # the broken model fails the audit
     doc = json.loads(out.read_text())
     status = {os.path.basename(m["path"]): m["status"] for m in doc["models"]}
-    assert status == {"broken.onnx": "error", "lenet.onnx": "passed", "mlp.onnx": "passed", "two_outputs.onnx": "passed"}
+    assert status == {"broken.onnx": "load-error", "lenet.onnx": "pass", "mlp.onnx": "pass", "two_outputs.onnx": "pass"}
     broken = next(m for m in doc["models"] if m["path"].endswith("broken.onnx"))
     assert "\n" not in broken["error"] and broken["targets"] == []
     card = doc["scorecard"]
@@ -169,6 +169,7 @@ def test_a_target_that_agrees_with_the_reference_but_not_the_spec_is_a_spec_drif
     import numpy as np
 
     from portability.audit.conformance import against_spec
+    from portability.audit.unit import ModelResult
     from portability.report.scorecard import build
 
     np.savez(tmp_path / "expected.npz", y=np.array([1.0, 2.0, 3.0], dtype=np.float32))
@@ -181,7 +182,7 @@ def test_a_target_that_agrees_with_the_reference_but_not_the_spec_is_a_spec_drif
     against_spec(targets, outputs, tmp_path / "expected.npz", (1e-3, 1e-7))
     assert targets[0]["spec"]["agrees"] and not targets[1]["spec"]["agrees"] and "spec" not in targets[2]
     assert targets[1]["spec"]["max_abs"] == 0.5
-    card = build([{"path": "m.onnx", "name": "test_m", "op": "M", "status": "passed", "targets": targets}])
+    card = build([ModelResult.from_dict({"path": "m.onnx", "name": "test_m", "op": "M", "status": "pass", "targets": targets})])
     cells = card["conformance"]["ops"]["M"]
     assert cells["server/ort-cpu"]["pass"] == 1 and cells["web/x"]["cells"] == {"spec-drift": 1}
     assert cells["mobile/y"]["cells"] == {"convert-error": 1}
@@ -195,7 +196,7 @@ def test_an_audit_against_a_baseline_says_what_got_worse_and_what_got_fixed(tmp_
     doc = json.loads(first.read_text())
     for m in doc["models"]:
         if m["path"].endswith("broken.onnx"):  # the baseline read it; now it cannot be read: worse
-            m["status"] = "passed"
+            m["status"] = "passed"  # written with the older words: read as ``pass``
         if m["path"].endswith("lenet.onnx"):  # the baseline drifted here; now it passes: fixed
             t = next(t for t in m["targets"] if t["id"] == "server/ort-cpu-noopt")
             t["status"] = "drift"
@@ -205,7 +206,7 @@ def test_an_audit_against_a_baseline_says_what_got_worse_and_what_got_fixed(tmp_
     p = run_cli("audit", str(d), *TARGETS, "--baseline", str(first), "--json", str(out), "--markdown", str(md))
     assert p.returncode == 1 and "1 worse, 1 fixed" in p.stdout, p.stdout + p.stderr
     base = json.loads(out.read_text())["baseline"]
-    assert [(os.path.basename(r["model"]), r["now"]) for r in base["worse"]] == [("broken.onnx", "error")]
+    assert [(os.path.basename(r["model"]), r["now"]) for r in base["worse"]] == [("broken.onnx", "load-error")]
     assert [(os.path.basename(r["model"]), r["target"], r["was"]) for r in base["fixed"]] == \
         [("lenet.onnx", "server/ort-cpu-noopt", "drift")]
     assert base["latency"]["2x faster or more"] >= 1 and "1 worse, 1 fixed" in md.read_text()

@@ -3,6 +3,7 @@ baseline's own outputs on the same inputs — so a change that moves every outpu
 the model, a runtime upgrade) is caught, where comparing each run with its own reference sees nothing."""
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -63,11 +64,82 @@ def test_other_inputs_are_said_and_not_compared(tmp_path):
     assert "the inputs differ (synthesized seed 0 → synthesized seed 7): outputs not compared" in p.stdout
 
 
-def test_a_json_baseline_says_it_holds_no_outputs(tmp_path):
+def test_a_json_report_is_a_baseline_for_outputs_too(tmp_path):
+    """The JSON report carries its outputs' digests: against it the perturbed model fails as it does against
+    an outputs file, the original passes, other inputs are said (not called drift), and a report written
+    without the digests says it holds no outputs."""
     base = tmp_path / "base.json"
     assert run_cli("check", str(FIXTURES / "lenet.onnx"), *TARGETS, "--json", str(base)).returncode == 0
+    v2 = _perturbed_lenet(tmp_path / "v2")
+    p = run_cli("check", str(v2), *TARGETS, "--baseline", str(base))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "server/ort-cpu output 'logits' changed since the baseline: max_abs" in p.stdout, p.stdout
+    assert "server/ort-cpu-noopt output 'logits' changed" in p.stdout
+    assert "server/ort-cpu regressed (outputs" in p.stderr, p.stderr
     p = run_cli("check", str(FIXTURES / "lenet.onnx"), *TARGETS, "--baseline", str(base))
-    assert p.returncode == 0 and "holds no outputs" in p.stdout, p.stdout
+    assert p.returncode == 0 and "nothing regressed" in p.stderr, p.stdout + p.stderr
+    assert "outputs not compared" not in p.stdout and "changed since the baseline" not in p.stdout, p.stdout
+    p = run_cli("check", str(v2), *TARGETS, "--baseline", str(base), "--seed", "7")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "the inputs differ (synthesized seed 0 → synthesized seed 7): outputs not compared" in p.stdout
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({k: v for k, v in json.loads(base.read_text()).items() if k != "output_digests"}))
+    p = run_cli("check", str(v2), *TARGETS, "--baseline", str(older))
+    assert p.returncode == 0 and "holds no outputs" in p.stdout, p.stdout + p.stderr
+
+
+def test_diff_of_two_json_reports_names_the_moved_outputs(tmp_path):
+    """500 digits: 500 x 10 logits, so the report carries a sample of them (a few KB), and that is enough."""
+    data = ("--dataset", str(FIXTURES / "digits.npz"))
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for model, out in ((FIXTURES / "lenet.onnx", a), (_perturbed_lenet(tmp_path / "v2"), b)):
+        assert run_cli("check", str(model), *TARGETS, *data, "--json", str(out), "--no-history").returncode == 0
+    kept = json.loads(a.read_text())["output_digests"]["targets"]["server/ort-cpu"]["logits"]
+    assert kept["shape"] == [500, 1, 10] and not kept["whole"] and len(json.dumps(kept)) < 8 * 1024
+    p = run_cli("diff", str(a), str(b), "--json")
+    moved = [c for c in json.loads(p.stdout)["changes"] if c["kind"] == "outputs"]
+    assert {c["target"] for c in moved} == {"server/ort-cpu", "server/ort-cpu-noopt"}, p.stdout
+    assert all(c["metric"].startswith("outputs[logits].") and "sampled elements" in c["text"] for c in moved), moved
+    p = run_cli("diff", str(a), str(a), "--json")
+    assert not [c for c in json.loads(p.stdout)["changes"] if c["kind"] == "outputs"], p.stdout
+
+
+def test_damaged_digests_in_a_json_baseline_are_a_one_line_usage_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 1, "tool": {}, "created_at": "", "environment": {}, "model": {},
+                               "inputs": {}, "reference": "", "targets": [], "passed": True,
+                               "output_digests": {"format": golden.DIGESTS_FORMAT, "inputs": {}, "targets": {"t": {"y": {}}}}}))
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), *TARGETS, "--baseline", str(bad))
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "damaged output digests" in lines[0], p.stderr
+
+
+def test_the_digests_leave_every_other_report_as_it_was(tmp_path, monkeypatch):
+    """Terminal table, Markdown, HTML and JUnit of a report are the same bytes with or without its digests;
+    its JSON differs by that field alone."""
+    from dataclasses import replace
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")  # the date matplotlib writes into each plot
+    from rich.console import Console
+
+    from portability.report import files, html, markdown, table
+    from portability.report.schema import Report
+
+    path = tmp_path / "r.json"
+    assert run_cli("check", str(FIXTURES / "lenet.onnx"), *TARGETS, "--json", str(path), "--no-history").returncode == 0
+    full = Report.from_dict(json.loads(path.read_text()))
+    bare = replace(full, output_digests={})
+    assert full.output_digests and json.loads(files.to_json(full))["output_digests"] == full.output_digests
+
+    def terminal(r):
+        c = Console(record=True, width=160, file=io.StringIO())
+        c.print(table.render(r))
+        return c.export_text()
+
+    for render in (terminal, markdown.render, html.render, files.to_junit):
+        assert render(full) == render(bare), render
+    d = json.loads(files.to_json(full))
+    assert d.pop("output_digests") and d == json.loads(files.to_json(bare))
 
 
 def test_small_outputs_are_kept_whole_large_ones_sampled_with_digest_and_statistics():

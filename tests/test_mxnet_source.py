@@ -3,7 +3,9 @@ referenced by MXNet 1.9 in its own environment, routed to every target through M
 The checkpoint is built here, in that environment, from a seeded Gluon network (no binary fixture)."""
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,38 @@ def test_an_mxnet_checkpoint_without_shapes_or_weights_is_one_line(tmp_path, che
     (lone / "tiny-symbol.json").write_bytes((checkpoint / "tiny-symbol.json").read_bytes())
     p = run_cli("check", str(lone / "tiny-symbol.json"), "--shape", "data=1x1x28x28")
     assert p.returncode == 2 and "no tiny-NNNN.params beside it" in p.stderr
+
+
+def test_an_audit_folder_lists_an_mxnet_checkpoint_once(tmp_path):
+    """The audit's models are the entries a source claims: the checkpoint is its ``-symbol.json`` (the
+    ``.params`` beside it is no model of its own), beside the other kinds; other ``.json`` files are none."""
+    from portability.audit.corpus import items
+
+    (tmp_path / "tiny-symbol.json").write_text("{}")
+    (tmp_path / "tiny-0000.params").write_bytes(b"\0" * 8)
+    (tmp_path / "labels.json").write_text("[]")
+    (tmp_path / "net.onnx").write_bytes(b"")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "other-symbol.json").write_text("{}")
+    (tmp_path / "tfjs").mkdir()
+    (tmp_path / "tfjs" / "model.json").write_text("{}")
+    (tmp_path / "notes").mkdir()
+    found, _, _ = items(tmp_path)
+    assert [i.path.name for i in found] == ["ckpt", "net.onnx", "tfjs", "tiny-symbol.json"]
+    assert detect(tmp_path / "labels.json") == "tfjs"  # given by name, a .json is still read as TF.js's
+
+
+@pytest.mark.mxnet
+def test_a_folder_audit_checks_its_mxnet_checkpoint(tmp_path, checkpoint):
+    d = tmp_path / "models"
+    d.mkdir()
+    for f in checkpoint.iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
+    out = tmp_path / "audit.json"
+    p = run_cli("audit", str(d), "--shape", "data=2x1x28x28", "--targets", "server/ort-cpu", "--runs", "3",
+                "--json", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(out.read_text())
+    assert [Path(m["path"]).name for m in doc["models"]] == ["tiny-symbol.json"]
+    t = {x["id"]: x for x in doc["models"][0]["targets"]}
+    assert t["server/ort-cpu"]["status"] == "pass" and t["server/mxnet"]["status"] == "pass", t

@@ -135,7 +135,7 @@ def test_a_slow_target_compares_fewer_batches_and_says_so(tmp_path):
     from conftest import FIXTURES
 
     r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "test/ort-cpu-tiny-budget", "--dataset",
-                   str(FIXTURES / "digits.npz"), "--samples", "64", "--runs", "0",
+                   str(FIXTURES / "digits.npz"), "--samples", "64", "--runs", "0", "--markdown", str(tmp_path / "r.md"),
                    env={"PORTABILITY_PLUGINS": "doubles"})
     ref, t = r["targets"][0], by_id(r)["test/ort-cpu-tiny-budget"]
     # the first inference says it is slow, the second sets the pace: it is slow too, so the two are all
@@ -144,6 +144,10 @@ def test_a_slow_target_compares_fewer_batches_and_says_so(tmp_path):
     assert t["metrics"]["accuracy_delta"] in (None, 0.0)  # the reference's accuracy on the same batches
     assert any(n.startswith(f"compared on 2 of {r['inputs']['batches']} input batches") for n in t["notes"]), t["notes"]
     assert "samples" not in ref["details"]
+    # the table does not set a subset's accuracy beside the reference's as if comparable: it names the subset
+    row = next(line for line in (tmp_path / "r.md").read_text().splitlines() if "test/ort-cpu-tiny-budget" in line)
+    acc = t["metrics"]["accuracy"]
+    assert f"{acc:.4f} (+0.0000 on 2/{r['inputs']['batches']})" in row, row
 
 
 def _shape_branch_model(tmp_path) -> str:

@@ -31,7 +31,7 @@ def _job(tmp_path, runtime: str = ECHO):
     from portability.core.model import load_model
     from portability.core.protocol import Job, save_feeds
     from portability.settings.options import resolve
-    from portability.engine.pipeline import prepare_feeds
+    from portability.core.inputs import prepare as prepare_feeds
     from portability.targets.base import Target
 
     model = load_model(FIXTURES / "mlp.onnx")

@@ -148,18 +148,16 @@ def test_the_perturbed_set_is_the_same_for_every_target(tmp_path):
     from portability.core.protocol import load_feeds
     from portability.engine import plan
     from portability.settings.options import resolve
-    from portability.engine.evaluate import Evaluator
     from portability.engine.lease import Runner, Silent
-    from portability.engine.pipeline import prepare_feeds
-    from portability.metrics.robustness.run import prepare
+    from portability.core.inputs import prepare as prepare_feeds
     from portability.sources import load_source_isolated
 
     model = load_source_isolated(FIXTURES / "lenet.onnx")
     opts = resolve({"dataset": str(FIXTURES / "digits.npz"), "samples": 12, "robustness": True, "robustness_samples": 6})
     feeds = prepare_feeds(model, opts)
-    rob = prepare(model, feeds, opts, tmp_path)
-    run = Runner(model, feeds, opts, tmp_path, Silent(), Evaluator(model, feeds, opts, rob))
     targets, _, _ = plan.for_check(model.format, "server,mobile", None)
+    run = Runner(model, feeds, opts, tmp_path, Silent(), plan.Planned(targets, {}, {}, {}))
+    rob = run.judge.robustness
     files = {run.job(t).extra_feeds for t in targets}
     assert files == {str(rob.file)}
     want = perturb.build(feeds.arrays, feeds.labels, 6, opts.seed, opts.value_range, model.index_bounds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portability.study import stats, tables
+from portability.study import render, seed_tables, stats, tables
 
 
 def _row(fw, targets, seed=0, weights="own"):
@@ -60,7 +60,7 @@ def test_robustness_moves_per_framework_and_platform_at_the_largest_epsilon():
     (v,) = tables.robustness_moves({"rows": rows})
     assert v.rows == [["torch", "mobile", "2", "2.5 (max 5.0)", "+1.0 [+0.0, +2.0]", "+1.0 [-1.0, +3.0]"]]
     # it is over every seed: with several, it is not marked as showing the first seed's
-    views = {v.title: v for v in tables.views({"options": {"seeds": 2}, "rows": rows})}
+    views = {v.title: v for v in render.views({"options": {"seeds": 2}, "rows": rows})}
     assert not any("first seed" in n for n in views[v.title].notes)
     assert any("first seed" in n for n in views["Accuracy in its own framework, % (eval samples; whole test split in parentheses)"].notes)
 
@@ -137,7 +137,7 @@ def test_across_seeds_lists_the_deployments_that_moved_accuracy_with_their_sprea
             _own("keras", "lenet5", 0, 0.99, targets=[t("web/ort-webgpu", -0.078), t("web/ort-wasm", 0.0)]),
             _own("keras", "lenet5", 1, 0.99, targets=[t("web/ort-webgpu", -0.637), t("web/ort-wasm", 0.004)])]
     study = {"rows": rows}
-    moved = next(v for v in tables.seeds(study) if v.title.startswith("Across seeds: deployments"))
+    moved = next(v for v in seed_tables.seeds(study) if v.title.startswith("Across seeds: deployments"))
     assert moved.header == ["model", "dataset", "target", "torch", "keras"]
     assert moved.rows == [["lenet5", "mnist", "web/ort-webgpu", "–", "-35.8 ± 39.5 (worst -63.7, n=2)"]]
 
@@ -153,7 +153,7 @@ def test_a_framework_difference_carries_its_confidence_interval_as_scipy_compute
     assert stats.welch([0.9, 0.9], [0.8, 0.8])["ci95"] == pytest.approx([0.1, 0.1])
     assert stats.welch([0.9], [0.8, 0.8])["ci95"] is None
     study = {"rows": [_own("torch", "lenet1", s, x) for s, x in enumerate(a)] + [_own("keras", "lenet1", s, x) for s, x in enumerate(b)]}
-    diff = next(v for v in tables.seeds(study) if v.title == "Across seeds: framework differences")
+    diff = next(v for v in seed_tables.seeds(study) if v.title == "Across seeds: framework differences")
     lo, hi = ref.confidence_interval(0.95)
     assert diff.rows == [["lenet1", "mnist", "torch − keras", "+6.8", f"[{100 * lo:+.1f}, {100 * hi:+.1f}]", f"{ref.pvalue:.3f}",
                           "significant"]]

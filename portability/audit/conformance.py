@@ -167,17 +167,16 @@ def against_spec(targets: list[dict], outputs: dict, expected_path: Path, tolera
     each output is within the case's own tolerance (``|got - expected| <= atol + rtol * |expected|``, as
     ONNX's backend tests demand) or within the target's drift thresholds against the expected outputs."""
     from portability.metrics import drift
+    from portability.metrics.bounds import SPEC
 
     with np.load(expected_path, allow_pickle=False) as z:
         expected = {k: z[k] for k in z.files}
-    rtol, atol = tolerance or (1e-3, 1e-7)
     for t in targets:
         got = outputs.get(t["id"])
         if got is None:
             continue
         problems: list[str] = []
-        worst = 0.0
-        within_case = True
+        ref, cand = {}, {}
         for name, exp in expected.items():
             g = got.get(name)
             if g is None:
@@ -187,20 +186,6 @@ def against_spec(targets: list[dict], outputs: dict, expected_path: Path, tolera
             if g.size != exp.size:
                 problems.append(f"output '{name}' has {g.size} values, the spec {exp.size}")
                 continue
-            g = g.reshape(exp.shape)
-            e64, g64 = exp.astype(np.float64), g.astype(np.float64)
-            with np.errstate(all="ignore"):
-                d = np.abs(e64 - g64)
-                ok = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
-            within_case &= bool(ok.all())
-            finite = d[np.isfinite(d)]
-            worst = max(worst, float(finite.max()) if finite.size else 0.0,
-                        float("inf") if np.any(np.isfinite(e64) != np.isfinite(g64)) else 0.0)
-        by_thresholds = False
-        if not problems:
-            per, _agree, structural = drift.compare({k: v[None] for k, v in expected.items()},
-                                                    {k: np.asarray(got[k][0] if isinstance(got[k], list) else got[k]).reshape((1, *v.shape))
-                                                     for k, v in expected.items()})
-            by_thresholds = not structural and not drift.breaches({"outputs": per}, t.get("thresholds") or {})
-        t["spec"] = {"agrees": not problems and (within_case or by_thresholds), "max_abs": worst,
-                     "problems": problems}
+            ref[name], cand[name] = exp[None], g.reshape((1, *exp.shape))
+        j = drift.judge(t.get("thresholds") or {}, ref, cand, rule=SPEC, tolerance=tolerance or (1e-3, 1e-7))
+        t["spec"] = {"agrees": not problems and j.agrees, "max_abs": j.tolerance_max_abs, "problems": problems}

@@ -13,8 +13,6 @@ from portability.core.errors import UsageError
 from portability.settings.options import relative_paths
 
 STATE = ".portability-audit"
-#: model files and folders an audit of a folder picks up
-SUFFIXES = (".onnx", ".keras", ".pt2", ".tflite")
 
 
 @dataclass(frozen=True)
@@ -45,19 +43,16 @@ class Item:
         return self.name or self.path.name
 
 
-def _is_model(p: Path) -> bool:
-    if p.is_dir():
-        return (p / "saved_model.pb").is_file() or (p / "model.json").is_file()
-    return p.suffix.lower() in SUFFIXES
-
-
 def items(spec: Path) -> tuple[list[Item], dict, Path]:
     """(the models, the audit's default settings, the folder its state lives in) of a folder or manifest."""
     spec = Path(spec)
     if spec.is_dir():
-        found = sorted(p for p in spec.iterdir() if not p.name.startswith(".") and _is_model(p) and not p.is_symlink())
+        from portability.sources import models_in
+
+        found = models_in(spec)  # the entries a source claims: each source says which are its own
         if not found:
-            raise UsageError(f"{spec} holds no model (ONNX, .keras, .pt2, .tflite, SavedModel or TF.js folders)")
+            raise UsageError(f"{spec} holds no model (ONNX, .keras, .pt2, .tflite, SavedModel or TF.js folders, "
+                             "MXNet checkpoints)")
         return [Item(p) for p in found], {}, spec
     if not spec.is_file():
         raise UsageError(f"audit: {spec} is neither a folder of models nor a manifest file")

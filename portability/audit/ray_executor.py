@@ -3,24 +3,30 @@
 Each Ray worker is an actor holding a session of its own (``engine/session.py``): its own browsers,
 emulator and warm worker pool, started once on its node and reused for every model it is given; it
 checks one model at a time exactly as the local executor does (``audit.unit.check_one``) and answers
-the entry as JSON text, so that the driver gets plain values whichever executor ran the model. The driver
+its ``ModelResult`` as JSON text (``to_dict``), read back with ``from_dict``, so that the driver gets the
+same result whichever executor ran the model. The driver
 hands each free actor the next model, writes every entry to the audit's state as it arrives (a killed
 audit resumes the same way) and stops the actors at the end.
 
 Without ``address`` a local Ray instance is started for the audit and stopped after it; with one
 (``ray://`` or ``HOST:PORT``, or ``auto``) the audit joins that cluster. The models must be readable at
 the same paths on every node (a shared file system): an actor that cannot read its model reports that
-model as an error, as a missing model is. The ``PORTABILITY_*`` variables of the driver travel with the
-work (``runtime_env``), so every node checks under the same sandbox and runtime rules.
+model as a ``load-error``, as a missing model is; a model whose actor died is ``crashed``. The
+``PORTABILITY_*`` variables of the driver travel with the work (``runtime_env``), so every node checks
+under the same sandbox and runtime rules.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from portability.core.errors import UsageError
+from portability.core.status import Status
+
+if TYPE_CHECKING:
+    from portability.audit.unit import ModelResult
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,7 @@ class Auditor:
     def check(self, item, base: dict, flags: dict) -> str:
         from portability.audit.unit import check_one
 
-        return json.dumps(check_one(item, base, flags, self.session), default=str)
+        return json.dumps(check_one(item, base, flags, self.session).to_dict(), default=str)
 
     def node(self) -> str:
         import socket
@@ -87,10 +93,12 @@ def _init(address: str | None, workers: int):
 
 
 def run_ray(pending: list, base: dict, flags: dict, mode: str, reads: tuple[str, ...],
-            started: Callable[[int], None], finished: Callable[[int, dict], None], address: str | None = None,
+            started: Callable[[int], None], finished: Callable[[int, "ModelResult"], None], address: str | None = None,
             workers: int = 1) -> None:
     """Check the ``pending`` ``(index, item)`` pairs on ``workers`` Ray actors; ``started(i)`` as a model is
-    handed out, ``finished(i, entry)`` as its entry arrives (in the order they finish)."""
+    handed out, ``finished(i, result)`` as its result arrives (in the order they finish)."""
+    from portability.audit.unit import ModelResult
+
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
     ray, own = _init(address, workers)
@@ -112,15 +120,15 @@ def run_ray(pending: list, base: dict, flags: dict, mode: str, reads: tuple[str,
             ref = done[0]
             actor, i, item = running.pop(ref)
             try:
-                entry = json.loads(ray.get(ref))
+                entry = ModelResult.from_dict(json.loads(ray.get(ref)))
             except ray.exceptions.RayActorError as e:  # the actor died (its node went away): this model's end
-                entry = {"path": str(item.path), "status": "error", "error": f"the Ray worker died: {str(e).splitlines()[0]}",
-                         "targets": []}
+                entry = ModelResult(str(item.path), Status.CRASHED, f"the Ray worker died: {str(e).splitlines()[0]}",
+                                    name=item.name, op=item.op)
                 actor = actor_cls.remote(mode, reads)
                 actors.append(actor)
             except ray.exceptions.RayTaskError as e:
-                entry = {"path": str(item.path), "status": "error",
-                         "error": f"the Ray worker failed: {str(e.cause if e.cause else e).splitlines()[0]}", "targets": []}
+                entry = ModelResult(str(item.path), Status.RUN_ERROR, name=item.name, op=item.op,
+                                    error=f"the Ray worker failed: {str(e.cause if e.cause else e).splitlines()[0]}")
             finished(i, entry)
             if todo:
                 hand(actor)

@@ -1,7 +1,7 @@
 """``portability audit DIR|MANIFEST``: many models checked as ``check`` checks one, resumable.
 
-A folder audits every model file in it (ONNX, ``.keras``, ``.pt2``, ``.tflite``, SavedModel and TF.js
-folders) with the given settings; a manifest (TOML) lists models with their own settings::
+A folder audits every model in it that a source claims (ONNX, ``.keras``, ``.pt2``, ``.tflite``, SavedModel
+and TF.js folders, MXNet checkpoints) with the given settings; a manifest (TOML) lists models with their own settings::
 
     [defaults]            # any check setting: targets, thresholds, shapes, samples, ...
     targets = "server,web"
@@ -26,19 +26,29 @@ browsers, the ARM64 emulator) and the warm worker pool start once and serve ever
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from portability.audit.corpus import Item, State, items
-from portability.audit.unit import check_one
+from portability.audit.unit import ModelResult, check_one
 
 log = logging.getLogger(__name__)
 
 
+def _read(entry: dict | None) -> ModelResult | None:
+    """A finished model from the audit's state (None where it holds none, or nothing readable)."""
+    try:
+        return ModelResult.from_dict(entry) if entry is not None else None
+    except (KeyError, TypeError, ValueError) as e:
+        log.warning("an audit state entry is not readable, the model is checked again: %s", e)
+        return None
+
+
 def run(spec: Path | None, flags: dict, rerun: bool = False,
-        on_model: Callable[[int, int, Item, dict | None], None] | None = None, executor: str = "local",
+        on_model: Callable[[int, int, Item, ModelResult | None], None] | None = None, executor: str = "local",
         address: str | None = None, workers: int = 1, corpus: tuple[list[Item], dict, Path] | None = None
-        ) -> list[dict]:
+        ) -> list[ModelResult]:
     """Every model of the audit, in order: finished ones from the state (unless ``rerun``), the others
     checked now, each written as it finishes. ``on_model(i, n, item, entry)``: before (entry None) and after.
     ``executor``: ``local`` (this process, one model at a time) or ``ray`` (``workers`` Ray actors, each
@@ -51,14 +61,14 @@ def run(spec: Path | None, flags: dict, rerun: bool = False,
     state = State(folder)
     merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
     keys = [item.key(merged) for item in models]
-    entries: list[dict | None] = [None] * len(models)
+    entries: list[ModelResult | None] = [None] * len(models)
     pending = []
     for i, item in enumerate(models):
-        entry = None if rerun else state.get(keys[i])
+        entry = None if rerun else _read(state.get(keys[i]))
         if entry is None:
             pending.append(i)
             continue
-        entries[i] = dict(entry, resumed=True)
+        entries[i] = replace(entry, resumed=True)
         if on_model:
             on_model(i, len(models), item, entries[i])
 
@@ -66,8 +76,8 @@ def run(spec: Path | None, flags: dict, rerun: bool = False,
         if on_model:
             on_model(i, len(models), models[i], None)
 
-    def finished(i: int, entry: dict) -> None:
-        state.put(keys[i], entry)
+    def finished(i: int, entry: ModelResult) -> None:
+        state.put(keys[i], entry.to_dict())
         entries[i] = entry
         if on_model:
             on_model(i, len(models), models[i], entry)

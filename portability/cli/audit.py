@@ -11,7 +11,7 @@ from portability.cli.options import JsonOpt, MarkdownOpt, takes_settings
 
 @takes_settings("audit")
 def audit(
-    spec: Optional[Path] = typer.Argument(None, help="A folder of models (every ONNX, .keras, .pt2, .tflite file and SavedModel or TF.js folder in it) or a TOML manifest (\\[defaults] and \\[\\[model]] path = ..., each with its own check settings). Not with --onnx-conformance.", show_default=False),
+    spec: Optional[Path] = typer.Argument(None, help="A folder of models (every model a source claims in it: ONNX, .keras, .pt2, .tflite files, SavedModel or TF.js folders, MXNet checkpoints NAME-symbol.json) or a TOML manifest (\\[defaults] and \\[\\[model]] path = ..., each with its own check settings). Not with --onnx-conformance.", show_default=False),
     json_path: JsonOpt = None,
     markdown_path: MarkdownOpt = None,
     html_path: Optional[Path] = typer.Option(None, "--html", help="Write the scorecard as an HTML page here, with each model's own full report beside it (FILE-models/) and linked from its row."),
@@ -49,10 +49,10 @@ def audit(
         if entry is None:
             err.print(f"[{i + 1}/{n}] {item.label()}: checking…", highlight=False)
         else:
-            how = " (finished earlier)" if entry.get("resumed") else ""
-            style = "green" if entry["status"] == "passed" else "red"
-            err.print(f"[{i + 1}/{n}] {item.label()}: [{style}]{entry['status']}[/]{how}"
-                      + (f": {entry['error']}" if entry.get("error") else ""), highlight=False, soft_wrap=True)
+            how = " (finished earlier)" if entry.resumed else ""
+            style = "green" if entry.passed else "red"
+            err.print(f"[{i + 1}/{n}] {item.label()}: [{style}]{entry.status}[/]{how}"
+                      + (f": {entry.error}" if entry.error else ""), highlight=False, soft_wrap=True)
 
     entries = run(spec, flags, rerun=rerun, on_model=said, executor=executor, address=address, workers=workers,
                   corpus=corpus)
@@ -60,7 +60,7 @@ def audit(
     d = scorecard.diff(old, entries) if old is not None else None
     _show(card, d)
     _write(err, entries, card, d, json_path, markdown_path, html_path)
-    failed = [e for e in entries if e["status"] != "passed"]
+    failed = [e for e in entries if not e.passed]
     return 1 if failed or (d and d["worse"]) else 0
 
 
@@ -94,10 +94,12 @@ def _show(card: dict, d: dict | None) -> None:
     from rich.table import Table
 
     out = Console() if Console().is_terminal else Console(width=160)
+    from portability.core.status import Status
+
     table = Table("target", "pass rate", "passed", "failures", "median size", "median p50 ms",
                   title=f"audit: {card['models_passed']} of {card['models']} models passed", title_justify="left")
     for tid, t in card["targets"].items():
-        fails = ", ".join(f"{s} {n}" for s, n in t["by_status"].items() if s not in ("pass", "skipped")) or "–"
+        fails = ", ".join(f"{s} {n}" for s, n in t["by_status"].items() if s not in (Status.PASS, Status.SKIPPED)) or "–"
         table.add_row(tid, "–" if t["pass_rate"] is None else f"{t['pass_rate']:.0%}", f"{t['pass']}/{t['models']}",
                       fails, "–" if not t["median_size_bytes"] else f"{t['median_size_bytes'] / 1024:.1f} KB",
                       "–" if t["median_p50_ms"] is None else f"{t['median_p50_ms']:.3g}")
@@ -107,7 +109,7 @@ def _show(card: dict, d: dict | None) -> None:
     if card.get("conformance"):
         for tid, t in card["conformance"]["targets"].items():
             out.print(f"  conformance {tid}: " + (f"{t['ops_passing']}/{t['ops']} op types, {t['cases_passing']}/{t['cases']} cases pass"
-                                                   if t["ops"] else "skipped"), highlight=False)
+                                                   if t["ops"] else Status.SKIPPED), highlight=False)
     if d is not None:
         out.print(f"against the baseline: {len(d['worse'])} worse, {len(d['fixed'])} fixed, {len(d['changed'])} other changes; "
                   "latency " + ", ".join(f"{k} {n}" for k, n in d["latency"].items() if n), highlight=False)
@@ -117,7 +119,7 @@ def _show(card: dict, d: dict | None) -> None:
             out.print(f"  fixed: {r['model']} {r['target'] or '(the model)'}: {r['was']} -> {r['now']}", highlight=False)
 
 
-def _write(err, entries: list[dict], card: dict, d: dict | None, json_path: Path | None, markdown_path: Path | None,
+def _write(err, entries: list, card: dict, d: dict | None, json_path: Path | None, markdown_path: Path | None,
            html_path: Path | None) -> None:
     """The audit's files: its JSON (the models without their whole reports), Markdown, HTML and model pages."""
     import json
@@ -125,7 +127,7 @@ def _write(err, entries: list[dict], card: dict, d: dict | None, json_path: Path
     from portability.report import scorecard
     from portability.report.files import write_atomic
 
-    lean = [{k: v for k, v in e.items() if k != "report"} for e in entries]
+    lean = [{k: v for k, v in e.to_dict().items() if k != "report"} for e in entries]
     if json_path:
         write_atomic(json_path, json.dumps({"models": lean, "scorecard": card, **({"baseline": d} if d else {})},
                                            indent=1, default=str) + "\n")
@@ -137,22 +139,24 @@ def _write(err, entries: list[dict], card: dict, d: dict | None, json_path: Path
         err.print(f"audit: {html_path}")
 
 
-def _baseline(path: Path) -> list[dict]:
-    """The entries of an earlier audit's ``--json``."""
+def _baseline(path: Path) -> list:
+    """The entries of an earlier audit's ``--json`` (``ModelResult``; one written with the older words,
+    passed / failed / error, is read too)."""
     import json
 
+    from portability.audit.unit import ModelResult
     from portability.core.errors import UsageError
 
     try:
         doc = json.loads(Path(path).read_text())
         models = doc["models"]
         assert isinstance(models, list) and all("path" in m and "status" in m for m in models)
+        return [ModelResult.from_dict(m) for m in models]
     except (OSError, ValueError, KeyError, TypeError, AssertionError):
         raise UsageError(f"--baseline {path}: not the --json of an earlier audit") from None
-    return models
 
 
-def _model_pages(html_path: Path, entries: list[dict]) -> dict[str, str]:
+def _model_pages(html_path: Path, entries: list) -> dict[str, str]:
     """Each model's own full HTML report, in ``<html stem>-models/`` beside the scorecard: path -> link."""
     import re
 
@@ -164,10 +168,10 @@ def _model_pages(html_path: Path, entries: list[dict]) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     links = {}
     for i, e in enumerate(entries):
-        if not e.get("report"):
+        if not e.report:
             continue
-        name = re.sub(r"[^A-Za-z0-9._-]+", "_", e.get("name") or Path(e["path"]).name)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", e.name or Path(e.path).name)
         page = folder / f"{i + 1:04d}-{name}.html"
-        write_atomic(page, html.render(Report.from_dict(e["report"])))
-        links[e["path"]] = f"{folder.name}/{page.name}"
+        write_atomic(page, html.render(Report.from_dict(e.report)))
+        links[e.path] = f"{folder.name}/{page.name}"
     return links

@@ -8,6 +8,7 @@ import typer
 
 from portability.cli.options import (REPORTS, ConfigOpt, HtmlOpt, JsonOpt, JunitOpt, MarkdownOpt, ProfileOpt, QuietOpt,
                                      takes_settings)
+from portability.core.status import Status
 
 
 class _Progress:
@@ -53,7 +54,7 @@ def check(
     junit_path: JunitOpt = None,
     html_path: HtmlOpt = None,
     markdown_path: MarkdownOpt = None,
-    baseline: Optional[str] = typer.Option(None, "--baseline", rich_help_panel="Comparing with a baseline", help="Compare with a history run id, a JSON report or a --save-outputs file: exit 1 when a gating target regressed (status, outputs, drift, accuracy, size). Outputs are compared with the baseline's own outputs on the same inputs (a run id or an outputs file keeps them)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", rich_help_panel="Comparing with a baseline", help="Compare with a history run id, a JSON report or a --save-outputs file: exit 1 when a gating target regressed (status, outputs, drift, accuracy, size). Outputs are compared with the baseline's own outputs on the same inputs (a run id or an outputs file keeps them; a JSON report carries their digests and sampled elements)."),
     save_outputs: Optional[Path] = typer.Option(None, "--save-outputs", rich_help_panel="Comparing with a baseline", help="Write every target's outputs (whole while small, else a seeded sample with statistics and digests) and the report to this .npz, for --baseline FILE elsewhere."),
     baseline_latency: bool = typer.Option(False, "--baseline-latency", rich_help_panel="Comparing with a baseline", help="With --baseline, a p50 latency slower than the regression tolerance (default 1.5x) is a regression too."),
     max_size_growth: Optional[float] = typer.Option(None, "--max-size-growth", min=0, rich_help_panel="Comparing with a baseline", help="With --baseline, the largest allowed artifact growth as a fraction (default 0.10)."),
@@ -192,8 +193,8 @@ def _verdict(report, changes, err) -> int:
     regressed = [] if changes is None else list(changes.gating_regressions)
     gating_failed = [t.id for t in report.targets if t.gating and t.failed]
     ref = report.targets[0]
-    skipped = [t.id for t in report.targets if t.status == "skipped"]
-    if ref.status != "pass":
+    skipped = [t.id for t in report.targets if t.status == Status.SKIPPED]
+    if ref.status != Status.PASS:
         err.print(f"[red]the reference {ref.id} did not run ({ref.status}): nothing to compare with[/]"
                   + (f"; {len(skipped)} other targets not run" if skipped else ""))
     elif skipped:

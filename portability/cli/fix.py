@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from portability.cli.options import JsonOpt, QuietOpt, takes_settings
+from portability.core.status import Status
 
 
 @takes_settings("localize")
@@ -45,4 +46,4 @@ def fix(
     if json_path:
         json_path.write_text(json.dumps(doc, indent=2))
         err.print(f"report: {json_path}")
-    return 0 if doc["passing"] or doc["status"] == "pass" else 1
+    return 0 if doc["passing"] or doc["status"] == Status.PASS else 1

@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from portability.core.status import Status
+
 
 def _model_key(model: str) -> tuple[str | None, str | None]:
     """(sha256 or a prefix of it, resolved path) naming a model: a model file matches by content or by
@@ -66,12 +68,12 @@ def history(
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)
-    table = Table("id", "time", "model", "sha256", "verdict", "pass", "failed", "skipped", "environment")
+    table = Table("id", "time", "model", "sha256", "verdict", Status.PASS.value, "failed", Status.SKIPPED.value, "environment")
     for r in runs:
-        failed = sum(n for s, n in r.counts.items() if s not in ("pass", "skipped"))
+        failed = sum(n for s, n in r.counts.items() if s not in (Status.PASS, Status.SKIPPED))
         table.add_row(str(r.id), r.created_at.replace("T", " ")[:19], Path(r.model_path).name, r.model_sha256[:12],
-                      "[green]passed[/]" if r.passed else "[red]failed[/]", str(r.counts.get("pass", 0)), str(failed),
-                      str(r.counts.get("skipped", 0)), r.env_key[:8])
+                      "[green]passed[/]" if r.passed else "[red]failed[/]", str(r.counts.get(Status.PASS, 0)), str(failed),
+                      str(r.counts.get(Status.SKIPPED, 0)), r.env_key[:8])
     out.print(table)
     return 0
 
@@ -84,8 +86,8 @@ def diff(
     fail_on_regression: bool = typer.Option(False, "--fail-on-regression", help="Exit 1 when a gating target regressed."),
 ) -> int:
     """What changed from BEFORE to AFTER, per target and metric: status changes first, then outputs that
-    moved (when both kept them: run ids and --save-outputs files do), drift, accuracy, size and latency
-    beyond noise."""
+    moved (run ids and --save-outputs files keep them, JSON reports their digests), drift, accuracy, size
+    and latency beyond noise."""
     import json
     from dataclasses import asdict
 

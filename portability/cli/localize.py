@@ -8,6 +8,7 @@ from typing import Any, Optional
 import typer
 
 from portability.cli.options import JsonOpt, QuietOpt, takes_settings
+from portability.core.status import Status
 
 
 @takes_settings("localize")
@@ -46,7 +47,7 @@ def localize(
     if json_path:
         json_path.write_text(json.dumps(doc, indent=2, default=str))
         err.print(f"report: {json_path}")
-    return 0 if doc["status"].startswith("pass") else 1
+    return 0 if doc["status"] == Status.PASS else 1
 
 
 def _show(doc: dict) -> None:

@@ -24,8 +24,9 @@ from portability.cli import targets as targets_cmd
 app = typer.Typer(
     name="portability",
     help="Does a trained model still work, and how well, once it leaves its framework? "
-    "Converts an ONNX model to each platform's formats, really runs it there (server, web browser, mobile), "
-    "and reports drift against the server reference, accuracy, size and latency.",
+    "Reads a model as its owner has it (ONNX, Keras, SavedModel, TFLite, TF.js, torch.export or MXNet), "
+    "converts it to each platform's formats, really runs it there (server, web browser, mobile), "
+    "and reports drift against its own framework's reference run, accuracy, size and latency.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

@@ -42,8 +42,8 @@ def tolerances(cfg: dict, latency: bool, size_growth: float | None) -> Tolerance
 
 def load_baseline(spec: str | None) -> tuple | None:
     """The baseline named by ``--baseline`` / ``baseline =``: a history run id, a JSON report or a
-    ``--save-outputs`` file, as (report, label, its kept outputs or None). Exit 2 (UsageError) when it is
-    missing or unreadable."""
+    ``--save-outputs`` file, as (report, label, its kept outputs, their digests or None). Exit 2
+    (UsageError) when it is missing or unreadable."""
     if not spec:
         return None
     from portability.report import baseline

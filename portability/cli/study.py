@@ -8,6 +8,8 @@ import typer
 
 from portability.cli.options import QuietOpt, takes_settings
 
+from portability.core.status import Status
+
 
 def _split(v: Optional[str]) -> list[str] | None:
     return [p.strip() for p in v.split(",") if p.strip()] if v else None
@@ -56,7 +58,7 @@ class _Progress:
         exp = row.get("export") or {}
         if exp.get("status") != "ok":
             self.console.print(f"  [red]export failed[/]: {exp.get('error', '')}", highlight=False, soft_wrap=True)
-        passed = sum(1 for t in row["targets"] if t["status"] == "pass")
+        passed = sum(1 for t in row["targets"] if t["status"] == Status.PASS)
         self.console.print(f"  {passed}/{len(row['targets'])} targets pass", highlight=False)
 
 
@@ -90,7 +92,7 @@ def study(
 
     from portability.cli import outputs
     from portability.core.errors import UsageError
-    from portability.study import tables
+    from portability.study import render
     from portability.report.files import write_atomic
     from portability.study.run import StudyOptions, run_study, validate
 
@@ -110,12 +112,12 @@ def study(
         _write_json(json_path, result)
         err.print(f"study: {json_path}")
     if markdown_path:
-        write_atomic(markdown_path, tables.to_markdown(result))
+        write_atomic(markdown_path, render.to_markdown(result))
         err.print(f"tables: {markdown_path}")
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)
-    tables.render(result, out)
+    render.render(result, out)
     s = result["seconds"]
     err.print(f"study done in {s['total']:.0f} s (training {s['train']:.0f} s, deployment and evaluation {s['check']:.0f} s)")
     return 0
@@ -136,7 +138,7 @@ def _tables_only(path: Path, markdown_path: Optional[Path]) -> int:
 
     from portability.core.errors import UsageError
     from portability.report.files import write_atomic
-    from portability.study import tables
+    from portability.study import render
 
     try:
         study = json.loads(Path(path).read_text())
@@ -150,7 +152,7 @@ def _tables_only(path: Path, markdown_path: Optional[Path]) -> int:
     out = Console()
     if not out.is_terminal:
         out = Console(width=160)
-    tables.render(study, out)
+    render.render(study, out)
     if markdown_path:
-        write_atomic(markdown_path, tables.to_markdown(study))
+        write_atomic(markdown_path, render.to_markdown(study))
     return 0

@@ -55,6 +55,14 @@ class Converter(ABC):
     snapshot: ClassVar[bool] = False
     #: taken only when ``--via`` names it (a second converter for a hop that has one: a cross-check)
     on_request: ClassVar[bool] = False
+    #: the documented alternatives ``fix`` retries a failing target under, for a route through it, in order
+    #: (``explain.fix``): each ``{"name", "options"}`` (its converter options; an argument ``"{ops}"`` or
+    #: ``"{inputs}"`` stands for the model's ops among ``"ops"`` or its input names, and the alternative
+    #: applies only when there are some), ``"ops"`` (applies to a model with one of them, or of unknown ops)
+    #: and ``"drift_only"`` (tried on a drift, not on a failure to convert or run)
+    fixes: ClassVar[tuple[dict[str, Any], ...]] = ()
+    #: the raw tool's command line that converts as an alternative does (``{args}``: its ``args`` option)
+    fix_command: ClassVar[str | None] = None
 
     @classmethod
     def shapes_used(cls, ctx: ConvertContext) -> dict[str, list[int]] | None:
@@ -115,8 +123,3 @@ def run_tool(cmd: list[str], what: str, timeout_s: float | None, cwd=None, **env
                                   stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise ConvertError(f"{what} did not finish within {timeout_s:.0f} s") from None
-
-
-#: the distributions whose versions name converters (cache keys) and runtimes
-KNOWN_DISTS = ("onnx", "onnx2tf", "tensorflow-cpu", "tensorflow", "tensorflowjs", "tf2onnx", "keras", "torch",
-               "onnxscript", "onnxruntime", "ai-edge-litert")

@@ -17,6 +17,7 @@ from portability.core.errors import BadModel, ConvertError
 class SavedModelFromKeras(Converter):
     input_format = "keras"
     output_format = "saved_model"
+    uses = ("keras",)
     uses_shapes = True
 
     def version(self) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.base import ConvertContext, Converter, package_version, require, run_tool
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
-from portability.converters.tflite_layout import describe_tflite
+from portability.converters.tflite_layout import describe_savedmodel, describe_tflite, layout_notes
 from portability.core.artifact import Artifact
 from portability.core.model import read_signature
 from portability.core.protocol import IoMap
@@ -52,7 +52,7 @@ def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _versions() -> str:
-    return f"2+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
+    return f"3+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
 _NEEDS = {"onnx2tf": "pip install --no-deps onnx2tf==1.29.24 (see requirements/)", "tensorflow": "pip install tensorflow-cpu",
@@ -198,6 +198,20 @@ class SavedModelFromOnnx(Converter):
     output_format = "saved_model"
     uses_shapes = True
     uses = ("onnx2tf", "tensorflow")
+    fixes = (
+        # the ops onnx2tf can build from TFLite built-ins (-rtpo, its help): a Flex op or a missing kernel otherwise
+        {"name": "onnx2tf -rtpo {ops} (those ops from TFLite built-ins)", "options": {"args": ["-rtpo", "{ops}"]},
+         "ops": ("Asin", "Acos", "Atan", "Abs", "PReLU", "LeakyReLU", "Power", "GatherND", "Neg", "HardSwish", "Erf",
+                 "GeLU", "MatMulInteger")},
+        {"name": "onnx2tf -nuo (no onnxsim simplification)", "options": {"args": ["-nuo"]}},
+        {"name": "onnx2tf -dgc (grouped convolutions split)", "options": {"args": ["-dgc"]}, "ops": ("Conv",)},
+        {"name": "onnx2tf -ebu (batched MatMul unfolded)", "options": {"args": ["-ebu"]}, "ops": ("MatMul", "Gemm")},
+        {"name": "onnx2tf -kat (input shapes kept as given)", "options": {"args": ["-kat", "{inputs}"]}},
+        {"name": "onnx2tf -ofgd (the GPU delegate's op choices)", "options": {"args": ["-ofgd"]}},
+        {"name": "onnx2tf -agj (its own search for parameter replacements)", "options": {"args": ["-agj"]},
+         "drift_only": True},
+    )
+    fix_command = "onnx2tf -i model.onnx -o saved_model -osd {args}"
 
     def version(self) -> str:
         return _versions()
@@ -227,12 +241,16 @@ class SavedModelFromOnnx(Converter):
             if f.suffix != ".tflite":
                 shutil.move(str(f), str(out_dir / f.name))
         shutil.rmtree(raw)
-        io = describe_tflite(out_dir / "tflite" / "fp32.tflite", sig, onnx_path=model)
+        # each file's layout resolved on that file: a wrong .tflite must not lend its probe's guess
+        float_io = {q: describe_tflite(out_dir / "tflite" / f"{q}.tflite", sig, onnx_path=model) for q in _FLOAT_FILES}
+        io = describe_savedmodel(out_dir, float_io["fp32"], sig, model)
         warnings = [ln.strip() for ln in meaningful_lines(log, 6) if "WARN" in ln]
         return Artifact(path=out_dir / "saved_model.pb", format="saved_model", sha256="", meta={
             "onnx_signature": sig,
-            "tflite_io": io,  # the SavedModel's signature has the same tensors and layouts as the fp32 tflite
+            "tflite_io": io,  # the SavedModel's signature: the fp32 tflite's tensors, its own layouts
             "float_tflite": {q: f"tflite/{q}.tflite" for q in _FLOAT_FILES},
+            "float_tflite_io": float_io,
+            "notes": layout_notes(io, "the SavedModel"),
             "not_part": ["tflite"],  # onnx2tf's float .tflite files: kept here for the TFLite steps
             "onnx2tf_sample_data": "seeded noise (onnx2tf's internal checks only; never the calibration data)",
             "converter_warnings": warnings,
@@ -303,9 +321,12 @@ def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) 
         out.write_bytes(_tf_convert(src.folder, quant, samples, sm_meta["tflite_io"]))
         meta["produced_by"] = "tf.lite.TFLiteConverter.from_saved_model (" + (
             f"{sm_meta.get('produced_by', 'the given')} SavedModel)" if native else "onnx2tf's SavedModel)")
-    io = describe_tflite(out, sm_meta["onnx_signature"], native=native)
-    _keep_float_layouts(io, sm_meta["tflite_io"])
+    io = (sm_meta.get("float_tflite_io") or {}).get(quant) if meta["produced_by"] == "onnx2tf" else None
+    if io is None:  # converted from the SavedModel by TensorFlow's converter: the SavedModel's layouts
+        io = describe_tflite(out, sm_meta["onnx_signature"], native=native)
+        _keep_float_layouts(io, sm_meta["tflite_io"])
     meta["tflite_io"] = io
+    meta["notes"] = layout_notes(io, "the .tflite file")
     return Artifact(path=out, format="tflite", sha256="", meta=meta)
 
 
@@ -316,6 +337,8 @@ def _keep_float_layouts(io: dict, ref: dict) -> None:
             if e["onnx"] == r["onnx"] and e["shape"] == r["shape"]:
                 e[key] = r[key]
     io["resolved_by"] = ref.get("resolved_by", io["resolved_by"])
+    if "probe" in ref:
+        io["probe"] = ref["probe"]
 
 
 class TfliteFromSavedModel(Converter):

@@ -23,6 +23,7 @@ _TWO_GB = 2**31 - 1
 
 class OnnxFromOnnx(Converter):
     output_format = "onnx"
+    uses = ("onnx",)
     snapshot = True
 
     def version(self) -> str:

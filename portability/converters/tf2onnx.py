@@ -26,6 +26,7 @@ def _failure(log: str, limit: int = 6) -> str:
 class OnnxFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "onnx"
+    uses = ("tf2onnx",)
 
     def version(self) -> str:
         return f"1+tf2onnx{package_version('tf2onnx')}+tf{package_version('tensorflow-cpu')}"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from portability.converters.base import ConvertContext, Converter, package_version, run_tool, require
+from portability.converters.tflite_layout import layout_notes
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
 
@@ -101,7 +102,7 @@ class TfjsFromSavedModel(Converter):
     uses = ("tensorflowjs",)
 
     def version(self) -> str:
-        return f"1+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
+        return f"2+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require(_NEEDS, "to convert to TF.js")
@@ -124,4 +125,5 @@ class TfjsFromSavedModel(Converter):
             "ops": ops,
             "weights_quantization": quantize,
             "converted_by": doc.get("convertedBy"),
+            "notes": layout_notes(src.meta.get("tflite_io") or {}, "the SavedModel this model is converted from"),
         })

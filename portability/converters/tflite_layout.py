@@ -11,7 +11,14 @@ The mapping is plain JSON, stored in ``artifact.meta["tflite_io"]``::
     {"inputs":  [{"onnx": "x", "index": 0, "tensor": "serving_default_x:0", "shape": [1, 5, 7, 3],
                   "dtype": "float32", "to_tflite": [0, 2, 3, 1], "quant": null}],
      "outputs": [{"onnx": "y", "index": 3, ..., "to_onnx": [0, 3, 1, 2], "quant": {"scale": .., "zero_point": ..}}],
-     "resolved_by": "shapes" | "probe"}
+     "resolved_by": "shapes" | "probe" | "documented (probe inconclusive)",
+     "probe": {"error": .., "next_error": .., "tolerance": .., "conclusive": true}}
+
+A probe settles a layout only when a candidate reproduces ONNX Runtime: a wrong file's error tells layouts
+apart no better than a coin, and the converter's documented layout (onnx2tf: NCHW -> NHWC) stays, with a
+note. Each file's layout is resolved on that file (a SavedModel by TensorFlow, onnx2tf's float ``.tflite``
+files by LiteRT), never lent from a sibling; a file TensorFlow's converter makes from a SavedModel (the
+quantized variants, TF.js) keeps the layouts of the SavedModel it is made from.
 
 ``to_tflite`` transposes an ONNX-layout input for the interpreter; ``to_onnx`` transposes an interpreter
 output back to the ONNX layout (``None`` when only a reshape relates them).
@@ -128,8 +135,14 @@ def describe_tflite(tflite: Path, onnx_sig: dict, onnx_path: Path | None = None,
     return io
 
 
-def _probe(it, io: dict, cands_in: list, cands_out: list, onnx_sig: dict, onnx_path: Path) -> None:
-    """Settle ambiguous layouts: the input/output permutations that reproduce ONNX Runtime best."""
+def _candidates(io: dict, onnx_sig: dict, native: bool = False) -> tuple[list, list]:
+    """The layouts the shapes allow for each input and output of a mapping (the documented one first)."""
+    return ([candidate_perms(t["shape"], e["shape"], native) for t, e in zip(onnx_sig["inputs"], io["inputs"])],
+            [candidate_perms(t["shape"], e["shape"], native) for t, e in zip(onnx_sig["outputs"], io["outputs"])])
+
+
+def _reference(onnx_sig: dict, onnx_path: Path) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """Seeded probe feeds (ONNX layout) and ONNX Runtime's outputs for them."""
     import onnxruntime as ort
 
     rng = np.random.default_rng(0)
@@ -139,35 +152,121 @@ def _probe(it, io: dict, cands_in: list, cands_out: list, onnx_sig: dict, onnx_p
         feeds[t["name"]] = (rng.random(shape) if "float" in t["dtype"] else rng.integers(0, 2, shape)).astype(t["dtype"])
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    ref = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    best: tuple[float, tuple, list] | None = None
-    combos = itertools.islice(itertools.product(*[c or [None] for c in cands_in]), _MAX_PROBE_COMBOS)
-    for combo in combos:
+    return feeds, ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _interpreter_run(it, io: dict):
+    """A LiteRT interpreter as the probe's ``run``: file-layout inputs in, its outputs in ``io`` order out."""
+    def run(xs: list[np.ndarray]) -> list[np.ndarray]:
+        for e, x in zip(io["inputs"], xs):
+            it.resize_tensor_input(e["index"], list(x.shape))
+        it.allocate_tensors()
+        for e, x in zip(io["inputs"], xs):
+            it.set_tensor(e["index"], x)
+        it.invoke()
+        return [it.get_tensor(e["index"]) for e in io["outputs"]]
+    return run
+
+
+def _probe(it, io: dict, cands_in: list, cands_out: list, onnx_sig: dict, onnx_path: Path) -> None:
+    feeds, ref = _reference(onnx_sig, onnx_path)
+    settle(_interpreter_run(it, io), io, cands_in, cands_out, feeds, ref)
+
+
+#: a probe settles a layout only when its best candidate reproduces ONNX Runtime to this share of the
+#: outputs' largest magnitude, and clearly better than (at most half the error of) a different candidate
+PROBE_RTOL = 1e-2
+
+
+def settle(run, io: dict, cands_in: list, cands_out: list, feeds: dict[str, np.ndarray], ref: list[np.ndarray]) -> None:
+    """Settle ambiguous layouts with a probe: ``run`` (file-layout inputs -> outputs in ``io`` order) on
+    ``feeds`` against ONNX Runtime's ``ref``. A candidate that reproduces ``ref`` wins (of several that do
+    equally well, the documented layout: candidates come in that order); when none does, the file computes
+    something else (a wrong conversion) and its error cannot tell layouts apart: the probe is inconclusive,
+    the documented layout (the first candidate) stays, and ``io["probe"]`` says so."""
+    tried: list[tuple[float, tuple, list]] = []
+    for combo in itertools.islice(itertools.product(*[c or [None] for c in cands_in]), _MAX_PROBE_COMBOS):
         try:
-            xs = []
-            for e, p in zip(io["inputs"], combo):
-                x = feeds[e["onnx"]]
-                xs.append((x.transpose(p) if p is not None else x.reshape([d if d > 0 else 1 for d in e["shape"]])).astype(e["dtype"]))
-                it.resize_tensor_input(e["index"], list(xs[-1].shape))
-            it.allocate_tensors()
-            for e, x in zip(io["inputs"], xs):
-                it.set_tensor(e["index"], x)
-            it.invoke()
-        except Exception:
+            xs = [(feeds[e["onnx"]].transpose(p) if p is not None else feeds[e["onnx"]].reshape(
+                [d if d > 0 else 1 for d in e["shape"]])).astype(e["dtype"]) for e, p in zip(io["inputs"], combo)]
+            ys = run(xs)
+        except Exception:  # noqa: BLE001 — a layout the file refuses is no candidate
             continue
         err, outs = 0.0, []
-        for e, c, r in zip(io["outputs"], cands_out, ref):
-            y = it.get_tensor(e["index"]).astype(np.float64)
+        for y, c, r in zip(ys, cands_out, ref):
+            y = np.asarray(y, np.float64)
             errs = [(float(np.max(np.abs(y.transpose(np.argsort(p)) - r))) if y.size else 0.0, p) for p in c] or [(0.0, None)]
             e_best = min(errs, key=lambda t: t[0])
             err = max(err, e_best[0])
             outs.append(e_best[1])
-        if best is None or err < best[0]:
-            best = (err, combo, outs)
-    if best is None:
-        return  # the interpreter could not run here; keep the shape-based guess (the runtime reports the error)
-    for e, p in zip(io["inputs"], best[1]):
+        tried.append((err, combo, outs))
+    if not tried:
+        return  # the file could not run here; keep the shape-based guess (the runtime reports the error)
+    scale = max((float(np.max(np.abs(np.asarray(r, np.float64)))) for r in ref if np.size(r)), default=0.0)
+    tol = PROBE_RTOL * scale + 1e-6
+    best = min(tried, key=lambda t: t[0])
+    chosen = next(t for t in tried if t[0] <= 2 * best[0] + 1e-6)  # of equals, the documented (first tried)
+    others = [t[0] for t in tried if t is not best]
+    io["probe"] = {"error": best[0], "next_error": min(others) if others else None, "tolerance": tol,
+                   "conclusive": best[0] <= tol}
+    if best[0] > tol:
+        io["resolved_by"] = "documented (probe inconclusive)"
+        return
+    for e, p in zip(io["inputs"], chosen[1]):
         e["to_tflite"] = list(p) if p is not None else None
-    for e, p in zip(io["outputs"], best[2]):
+    for e, p in zip(io["outputs"], chosen[2]):
         e["to_onnx"] = [int(x) for x in np.argsort(p)] if p is not None else None
     io["resolved_by"] = "probe"
+
+
+def layout_notes(io: dict, what: str) -> list[str]:
+    """The notes an artifact carries about its layout: an inconclusive probe, said in one line."""
+    p = io.get("probe") or {}
+    if p.get("conclusive", True):
+        return []
+    return [f"{what}'s input/output layout could not be told by a probe (its best candidate is off from ONNX Runtime "
+            f"by {p['error']:.3g}, over the tolerance {p['tolerance']:.3g}): the converter's documented layout is used"]
+
+
+def describe_savedmodel(folder: Path, tflite_io: dict, onnx_sig: dict, onnx_path: Path) -> dict[str, Any]:
+    """The mapping of a SavedModel whose ``serving_default`` signature has the tensors and keys of the
+    ``.tflite`` file described by ``tflite_io``, its layouts resolved on the SavedModel itself: the shapes'
+    documented layout, and where the shapes leave a choice, a probe run by TensorFlow — never the
+    ``.tflite`` file's probe, which a wrong file can mislead."""
+    import copy
+
+    io = copy.deepcopy(tflite_io)
+    io.pop("probe", None)
+    io["resolved_by"] = "shapes"
+    cands_in, cands_out = _candidates(io, onnx_sig)
+    for e, c in zip(io["inputs"], cands_in):
+        e["to_tflite"] = list(c[0]) if c else None
+    for e, c in zip(io["outputs"], cands_out):
+        e["to_onnx"] = [int(x) for x in np.argsort(c[0])] if c else None
+    if any(len(c) > 1 for c in cands_in + cands_out):
+        feeds, ref = _reference(onnx_sig, onnx_path)
+        settle(_savedmodel_run(folder, io), io, cands_in, cands_out, feeds, ref)
+    return io
+
+
+def _savedmodel_run(folder: Path, io: dict):
+    """A SavedModel's ``serving_default`` as the probe's ``run``: inputs by the ``.tflite`` signature's keys
+    (or a spelling of the ONNX name, or the one key left), outputs by key or onnx2tf's ``output_<i>``."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(str(folder)).signatures["serving_default"]
+    names = sorted(fn.structured_input_signature[1])
+    keys = [next((k for k in [e.get("key")] + sorted(_sanitized(e["onnx"])) if k in names), None) for e in io["inputs"]]
+    left = [k for k in names if k not in keys]
+    keys = [k if k is not None else (left.pop(0) if len(left) == 1 else None) for k in keys]
+    if None in keys:
+        raise ConvertError(f"no SavedModel signature input for each ONNX input (signature inputs: {names})")
+    outs = [e["key"] if e.get("key") in fn.structured_outputs else f"output_{i}" for i, e in enumerate(io["outputs"])]
+
+    def run(xs: list[np.ndarray]) -> list[np.ndarray]:
+        res = fn(**{k: tf.constant(x) for k, x in zip(keys, xs)})
+        return [res[k].numpy() for k in outs]
+    return run

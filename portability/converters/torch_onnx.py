@@ -62,6 +62,7 @@ def _Eval(module):
 class _TorchToOnnx(Converter):
     input_format = "torch"
     output_format = "onnx"
+    uses = ("torch", "onnxscript")
     uses_shapes = True
     dynamo: bool
 

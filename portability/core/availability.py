@@ -33,3 +33,14 @@ def package_version(dist: str) -> str:
     except PackageNotFoundError:
         return "absent"
 
+
+#: ``uses`` names (runtimes' and converters') that are not a Python distribution of the same name: the
+#: distributions each is installed as (TensorFlow's CPU build first), none for the browser's (npm) packages
+DISTS = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "onnxruntime-web": (), "@tensorflow/tfjs": ()}
+
+
+def dists(classes) -> tuple[str, ...]:
+    """The Python distributions the runtime or converter ``classes`` declare they use (``uses``), in order,
+    each once."""
+    names = (n for c in classes for n in getattr(c, "uses", ()) or ())
+    return tuple(dict.fromkeys(d for n in names for d in DISTS.get(n, (n,))))

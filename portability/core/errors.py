@@ -1,6 +1,8 @@
 """Typed errors. Each maps to one target status or to one exit code; none needs a traceback to be understood."""
 from __future__ import annotations
 
+from portability.core.status import Status
+
 
 class PortabilityError(Exception):
     """Base class. ``str(err)`` is a complete one-line message for the user."""
@@ -24,7 +26,7 @@ class TargetError(PortabilityError):
     ``op`` and ``node`` name the failing operator type / node when the runtime or converter reveals them.
     """
 
-    status = "run-error"
+    status = Status.RUN_ERROR
 
     def __init__(self, message: str, *, op: str | None = None, node: str | None = None):
         super().__init__(message)
@@ -33,15 +35,15 @@ class TargetError(PortabilityError):
 
 
 class ConvertError(TargetError):
-    status = "convert-error"
+    status = Status.CONVERT_ERROR
 
 
 class LoadError(TargetError):
-    status = "load-error"
+    status = Status.LOAD_ERROR
 
 
 class RunError(TargetError):
-    status = "run-error"
+    status = Status.RUN_ERROR
 
 
 class Unavailable(TargetError):
@@ -50,7 +52,7 @@ class Unavailable(TargetError):
     ``hint`` is the command (or step) that makes it available.
     """
 
-    status = "skipped"
+    status = Status.SKIPPED
 
     def __init__(self, reason: str, hint: str | None = None):
         super().__init__(reason)

@@ -15,6 +15,7 @@ import numpy as np
 
 from portability.core.errors import BadInput, UsageError
 from portability.core.model import ModelInfo, TensorSpec
+from portability.core.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -306,11 +307,29 @@ def from_dataset(model: ModelInfo, path: Path, shapes: dict[str, tuple[int, ...]
     return Feeds(out, "dataset", labels=labels, warnings=warnings)
 
 
-def failure_help(status: str, feeds: Feeds, value_range: tuple[float, float], model: ModelInfo) -> list[str]:
+def prepare(model: ModelInfo, opts) -> Feeds:
+    """The check's feeds, as its options (``settings.options.CheckOptions``) ask: ``--dataset``'s labelled
+    samples, ``--inputs``' arrays, or inputs synthesized from the signature at the resolved shapes."""
+    if opts.inputs and opts.dataset:
+        raise UsageError("give --inputs or --dataset, not both")
+    given = parse_shapes(opts.shapes, model)
+    shapes, warnings = resolve_shapes(model, given)
+    if opts.dataset:
+        feeds = from_dataset(model, Path(opts.dataset), shapes, opts.samples)
+    elif opts.inputs:
+        feeds = from_file(model, Path(opts.inputs), given)
+        warnings = []
+    else:
+        feeds = synthesize(model, shapes, opts.samples or DEFAULT_SAMPLES, opts.seed, opts.value_range)
+    feeds.warnings[:0] = warnings
+    return feeds
+
+
+def failure_help(status: Status, feeds: Feeds, value_range: tuple[float, float], model: ModelInfo) -> list[str]:
     """[the note, the fix] when the reference failed to run (``status``) on inputs this check made up (its
     own runtime refusing them is rarely the model's fault: the values or the sizes guessed were not ones it
     takes); [] otherwise."""
-    if feeds.source != "synthesized" or status not in ("run-error", "crashed", "timeout"):
+    if feeds.source != "synthesized" or status not in (Status.RUN_ERROR, Status.CRASHED, Status.TIMEOUT):
         return []
     lo, hi = value_range
     kinds = {np.dtype(a.dtype).kind for a in feeds.arrays.values()}

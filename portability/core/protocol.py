@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
-from portability.core.status import WORKER
+from portability.core.status import OK, WORKER, Status, worker_status
 from portability.core.target import Target
 
 PROTOCOL_VERSION = 1
@@ -144,7 +144,8 @@ WORKER_STATUSES = WORKER
 class WorkerResult:
     """What a worker (or the runner, for a worker that died) reports about one job."""
 
-    status: str
+    #: :data:`~portability.core.status.OK` or the :class:`Status` it failed with (text in, member out)
+    status: Status | str
     error: str | None = None
     op: str | None = None
     node: str | None = None
@@ -171,15 +172,15 @@ class WorkerResult:
     log: str | None = None
 
     def __post_init__(self):
-        if self.status not in WORKER_STATUSES:
-            raise ValueError(f"unknown worker status {self.status!r} (one of {', '.join(WORKER_STATUSES)})")
+        object.__setattr__(self, "status", worker_status(self.status))
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == OK
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["status"] = str(self.status)
         d["conversions"] = [c.to_dict() for c in self.conversions]
         return d
 
@@ -191,7 +192,7 @@ class WorkerResult:
         return cls(**kw)
 
     @classmethod
-    def failed(cls, status: str, error: str, **kw) -> "WorkerResult":
+    def failed(cls, status: Status, error: str, **kw) -> "WorkerResult":
         return cls(status=status, error=error, **kw)
 
 

@@ -30,7 +30,8 @@ _LOGGED = (Status.CRASHED, Status.TIMEOUT, Status.RUN_ERROR, Status.LOAD_ERROR, 
 class Evaluator:
     """One check's judge: turns each worker's result into a TargetResult, the reference's first."""
 
-    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, robustness=None):
+    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, robustness=None,
+                 reference: str = "", plans: dict | None = None):
         self.model, self.feeds, self.opts = model, feeds, opts
         #: the robustness pass (``metrics.robustness.run.Robustness``), with ``--robustness``
         self.robustness = robustness
@@ -47,8 +48,8 @@ class Evaluator:
         #: target id -> output name -> array, of every target that ran
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
         #: the source's own runtime, and each target's plan (recorded in its details)
-        self.reference: str = ""
-        self.plans: dict = {}
+        self.reference = reference
+        self.plans = plans or {}
 
     def thresholds_for(self, target: Target) -> dict:
         """The target's bounds, loosened to a quantized model's where the model is quantized already, then
@@ -137,8 +138,7 @@ class Evaluator:
         agreeing: list[str] = []
         for i, a in enumerate(drifted):
             for b in drifted[i + 1:]:
-                per, agreement, problems = drift.compare(self.outputs[a.id], self.outputs[b.id])
-                if not problems and not drift.breaches({"outputs": per, "top1_agreement": agreement}, thresholds.DEFAULTS):
+                if drift.judge(thresholds.DEFAULTS, self.outputs[a.id], self.outputs[b.id]).agrees:
                     agreeing += [x for x in (a.id, b.id) if x not in agreeing]
         if len({lineage.get(x, x) for x in agreeing}) >= 2:
             return [f"{', '.join(agreeing)} agree with each other but not with the reference {self.reference}: "

@@ -13,8 +13,10 @@ from typing import Any, Protocol
 from portability.core import inputs as inp
 from portability.core.model import ModelInfo
 from portability.core.protocol import Job, WorkerResult, save_feeds
-from portability.core.status import Status
+from portability.core.status import DIED, Status
+from portability.engine import verdict
 from portability.engine.evaluate import Evaluator
+from portability.engine.plan import Planned
 from portability.settings.options import CheckOptions, Limits
 from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
 from portability.report.schema import TargetResult
@@ -39,9 +41,16 @@ class Runner:
     """One check's targets in their workers: leases each its worker and shared service, in turn."""
 
     def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress,
-                 judge: Evaluator, services: Services | None = None):
-        self.model, self.feeds, self.opts, self.workdir, self.progress, self.judge = \
-            model, feeds, opts, workdir, progress, judge
+                 chosen: Planned, services: Services | None = None):
+        self.model, self.feeds, self.opts, self.workdir, self.progress = model, feeds, opts, workdir, progress
+        rob = None
+        if opts.robustness:
+            from portability.metrics.robustness import run as robust
+
+            rob = robust.prepare(model, feeds, opts, workdir)
+        #: what judges each worker's result against the reference's
+        self.judge = Evaluator(model, feeds, opts, rob, chosen.targets[0].id, chosen.records)
+        self.targets = chosen.targets
         self.in_names = tuple(i.name for i in model.inputs)
         #: the static shape of every input with a dynamic dimension, as the feeds have it: what converters get
         self.input_shapes = {s.name: [int(d) for d in feeds.arrays[s.name].shape[1:]] for s in model.inputs
@@ -55,7 +64,9 @@ class Runner:
         self.services = services or Services(confine.shared(opts.sandbox, self.readable))
         self._own_services = services is None
         #: targets without a converter route (id -> why)
-        self.no_route: dict[str, str] = {}
+        self.no_route: dict[str, str] = chosen.no_route
+        #: the reference's failure explained, where the inputs were synthesized: (note, hint), else empty
+        self.synthesized_failed: list[str] = []
         self._runtimes: dict[str, Any] = {}
 
     def _runtime(self, target: Target):
@@ -90,7 +101,7 @@ class Runner:
     def _release(self, lease, wr: WorkerResult) -> None:
         """A target that hung, crashed or lost its page may leave the service unwell: later targets get a
         fresh one, and this one stops when no running target uses it."""
-        unwell = wr.status in (Status.TIMEOUT, Status.CRASHED) or "crash" in (wr.error or "")
+        unwell = wr.status in DIED or "crash" in (wr.error or "")
         self.services.release(lease, unwell=unwell)
 
     def prestart(self, targets: list[Target]) -> None:
@@ -101,6 +112,24 @@ class Runner:
     def close(self) -> None:
         if self._own_services:
             self.services.close()
+
+    def run_check(self) -> list[TargetResult]:
+        """The reference, then every other target beside the others (or skipped, saying why, where the
+        reference did not run)."""
+        self.prestart(self.targets[1:])
+        ref = self.run(self.targets[0])
+        if ref.status != Status.PASS:
+            self.synthesized_failed = inp.failure_help(ref.status, self.feeds, self.opts.value_range, self.model)
+            if self.synthesized_failed:
+                ref = replace(ref, hint=ref.hint or self.synthesized_failed[1])
+            why = f"the reference {ref.id} did not run ({ref.status}): nothing to compare with"
+            return [ref] + [self.run(t, skip_reason=why) for t in self.targets[1:]]
+        return [ref] + self.run_all(self.targets[1:])
+
+    def notes(self, results: list[TargetResult]) -> list[str]:
+        """The check's notes: the inputs' warnings, then what the results say of the model as a whole."""
+        return (list(self.feeds.warnings) + self.judge.quantized_note() + self.synthesized_failed[:1]
+                + self.judge.odd_one_out(results, self.targets) + verdict.delegate_ab(results, self.targets))
 
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
         """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time

@@ -6,44 +6,31 @@ import os
 import platform
 import shutil
 import tempfile
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import portability
 from portability.core import inputs as inp
-from portability.core.errors import UsageError
 from portability.core.model import ModelInfo
-from portability.core.status import Status
-from portability.engine import plan, verdict
-from portability.engine.evaluate import Evaluator
+from portability.engine import plan
 from portability.engine.lease import Progress, Runner, Silent
 from portability.settings.options import CheckOptions
 from portability.workers import shutdown, versions
 from portability.report.schema import Report
 from portability.sources import load_source_isolated
-from portability.targets import Target
 
 log = logging.getLogger(__name__)
 
-ENV_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "tensorflow-cpu", "ai-edge-litert", "onnx2tf",
-                "tensorflowjs", "playwright", "torch")
+#: what every check runs on, whatever its targets (the rest of the report's packages: ``env_packages``)
+BASE_PACKAGES = ("numpy", "onnx")
 
 
-def prepare_feeds(model: ModelInfo, opts: CheckOptions) -> inp.Feeds:
-    if opts.inputs and opts.dataset:
-        raise UsageError("give --inputs or --dataset, not both")
-    given = inp.parse_shapes(opts.shapes, model)
-    shapes, warnings = inp.resolve_shapes(model, given)
-    if opts.dataset:
-        feeds = inp.from_dataset(model, Path(opts.dataset), shapes, opts.samples)
-    elif opts.inputs:
-        feeds = inp.from_file(model, Path(opts.inputs), given)
-        warnings = []
-    else:
-        feeds = inp.synthesize(model, shapes, opts.samples or inp.DEFAULT_SAMPLES, opts.seed, opts.value_range)
-    feeds.warnings[:0] = warnings
-    return feeds
+def env_packages() -> tuple[str, ...]:
+    """The distributions the report's environment names: the base ones, then those the targets' runtimes and
+    the converters declare they use (``uses``), each once."""
+    from portability.targets import used_dists
+
+    return tuple(dict.fromkeys((*BASE_PACKAGES, *used_dists())))
 
 
 def environment(sandbox: str = "auto") -> dict:
@@ -52,7 +39,7 @@ def environment(sandbox: str = "auto") -> dict:
     from portability.core.sandbox import status
 
     pkgs = {}
-    for p in ENV_PACKAGES:
+    for p in env_packages():
         try:
             pkgs[p] = version(p)
         except PackageNotFoundError:
@@ -69,17 +56,6 @@ def environment(sandbox: str = "auto") -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
             "cores": os.cpu_count(), "packages": pkgs,
             "sandbox": "off (--sandbox off)" if sandbox == "off" else why if ok else f"none: {why}"}
-
-
-def _versions(targets: list[Target], opts: CheckOptions, progress) -> tuple[list[Target], dict, dict]:
-    """The targets with one more per asked version of a package they use (``--versions``), and for each
-    versioned target a version that could not be installed (its skip reason)."""
-    if not opts.versions:
-        return targets, {}, {}
-    from portability.core.dirs import default_root
-
-    say = getattr(progress, "note", None) or (lambda s: log.info("%s", s))
-    return versions.expand(targets, opts.versions, Path(opts.cache_dir) if opts.cache_dir else default_root(), say)
 
 
 def _provenance(feeds: inp.Feeds, opts: CheckOptions) -> dict:
@@ -100,40 +76,23 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     outlive this check."""
     progress = progress or Silent()
     model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
-    feeds = prepare_feeds(model, opts)
-    targets, no_route, plans = plan.for_check(model.format, opts.targets, opts.via,
-                                              overrides=(opts.converter_options, opts.runtime_options))
-    verdict.check_gate_rules(targets, opts.gate)
-    targets, version_skips, version_info = _versions(targets, opts, progress)
-    no_route = {**no_route, **version_skips}
+    feeds = inp.prepare(model, opts)
+    chosen = plan.for_options(model.format, opts, getattr(progress, "note", None) or (lambda s: log.info("%s", s)))
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
-    run = rob = None
+    run = None
     try:
-        if opts.robustness:
-            from portability.metrics.robustness import run as robust
-
-            rob = robust.prepare(model, feeds, opts, workdir)
-        judge = Evaluator(model, feeds, opts, rob)
-        run = Runner(model, feeds, opts, workdir, progress, judge, session.services if session else None)
+        run = Runner(model, feeds, opts, workdir, progress, chosen, session.services if session else None)
         if session is not None:
             session.readable(run.readable)
-        judge.reference, judge.plans, run.no_route = targets[0].id, plans, no_route
-        run.prestart(targets[1:])
-        ref = run.run(targets[0])
-        results, rest = [ref], targets[1:]
-        synthesized_failed = inp.failure_help(ref.status, feeds, opts.value_range, model) if ref.status != Status.PASS else []
-        if synthesized_failed:
-            ref = results[0] = replace(ref, hint=ref.hint or synthesized_failed[1])
-        if ref.status != Status.PASS:
-            why = f"the reference {judge.reference} did not run ({ref.status}): nothing to compare with"
-            results += [run.run(t, skip_reason=why) for t in rest]
-        else:
-            results += run.run_all(rest)
-        notes = (list(feeds.warnings) + judge.quantized_note() + synthesized_failed[:1]
-                 + judge.odd_one_out(results, targets) + verdict.delegate_ab(results, targets))
-        matrix = versions.matrix(results, judge.outputs, version_info)
+        results = run.run_check()
+        notes, rob = run.notes(results), run.judge.robustness
+        matrix = versions.matrix(results, run.judge.outputs, chosen.versions)
+        from portability.report.golden import Golden
+
+        provenance = _provenance(feeds, opts)
+        digests = Golden.of(provenance, run.judge.outputs).digests()
         if kept is not None:
-            kept.update(inputs=_provenance(feeds, opts), outputs=dict(judge.outputs))
+            kept.update(inputs=provenance, outputs=dict(run.judge.outputs))
     finally:
         if session is None:
             shutdown()  # the pre-imported worker pool
@@ -150,9 +109,10 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
                 "path": str(opts.dataset or opts.inputs) if (opts.dataset or opts.inputs) else None,
                 "shapes": {k: list(v.shape[1:]) for k, v in feeds.arrays.items()},
                 **({"robustness": rob.describe()} if rob is not None else {})},
-        reference=targets[0].id,
+        reference=chosen.targets[0].id,
         targets=tuple(results),
         passed=passed,
         notes=tuple(notes),
         versions=matrix,
+        output_digests=digests,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from portability.core.errors import UsageError
@@ -182,3 +183,38 @@ def for_check(source_format: str, spec: str, via: str | None = None, reg: dict |
     keep = [t for t in planned if t.id in named or t.id not in no_route or not all(_source_only(f) for f in runtime_formats(t))]
     no_route = {k: v for k, v in no_route.items() if k in {t.id for t in keep}}
     return with_options(keep, *overrides), no_route, (records if source_format != "onnx" or via else {})
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A check's targets, the reference first, each with its chain; those without a route or whose asked
+    version could not be installed (id -> why); the plans recorded for the report; the versions asked."""
+
+    targets: list[Target]
+    no_route: dict[str, str]
+    records: dict[str, dict]
+    versions: dict[str, dict]
+
+
+def check_gate_rules(targets: list[Target], rules: list[str]) -> None:
+    known = {t.id for t in targets} | {t.platform for t in targets} | {"all"}
+    for rule in rules:
+        if rule.lstrip("+-") not in known:
+            raise UsageError(f"--gate names '{rule.lstrip('+-')}', which is not among the targets of this check")
+
+
+def for_options(source_format: str, opts, say=lambda s: None) -> Planned:
+    """The targets a check's options (``settings.options.CheckOptions``) ask for, planned from the source:
+    ``--targets``, ``--via``, the converter and runtime options, ``--gate`` checked against them, and one
+    more target per asked version of a package they use (``--versions``)."""
+    targets, no_route, records = for_check(source_format, opts.targets, opts.via,
+                                           overrides=(opts.converter_options, opts.runtime_options))
+    check_gate_rules(targets, opts.gate)
+    if not opts.versions:
+        return Planned(targets, no_route, records, {})
+    from portability.core.dirs import default_root
+    from portability.workers import versions
+
+    root = Path(opts.cache_dir) if opts.cache_dir else default_root()
+    targets, skips, info = versions.expand(targets, opts.versions, root, say)
+    return Planned(targets, {**no_route, **skips}, records, info)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 _FLOATS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_IR_CONST_INITS = 4  # the first IR version whose initializers need not be graph inputs
 
 
 class Graph:
@@ -109,10 +110,16 @@ class Graph:
             [i for i in g.input if i.name not in self.inits],  # every input stays: feeds are the model's
             [helper.make_value_info(o, self.types[o]) for o in outputs],
             [t for t in g.initializer if t.name in need])
-        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.ir_version())
         path.parent.mkdir(parents=True, exist_ok=True)
         onnx.save(m, str(path))
         return path
+
+    def ir_version(self) -> int:
+        """The IR version a cut or a reproducer is stamped with. Before IR 4 every initializer must also be
+        a graph input (an overridable default); a cut lists only the model's real inputs, so an older model's
+        cut is raised to IR 4, which reads every opset of the older IRs, and its weights stay constants."""
+        return max(int(self.model.ir_version), _IR_CONST_INITS)
 
     def node_alone(self, i: int, values: dict[str, np.ndarray], path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         """Node ``i`` by itself: inputs that do not depend on the model's inputs (and are the same for every
@@ -137,7 +144,7 @@ class Graph:
                 raise KeyError(x)
         outs = [helper.make_value_info(o, self.types[o]) for o in self.floats(i)]
         graph = helper.make_graph([n], "reproducer", fed, outs, consts)
-        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.model.ir_version)
+        m = helper.make_model(graph, opset_imports=self.model.opset_import, ir_version=self.ir_version())
         onnx.save(m, str(path))
         return path, feeds
 

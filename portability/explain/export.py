@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from portability.core.errors import UsageError
+from portability.core.status import Status
 
 
 def _find(cache_root: Path, sha256: str) -> Path | None:
@@ -47,7 +48,7 @@ def onnx_export(model_path: Path, info, target, opts, say: Callable[[str], None]
                             inputs=None, dataset=None)
     report = run_check(model_path, o)
     t = next((x for x in report.targets if x.id == "server/ort-cpu"), None)
-    if t is None or not t.artifact or t.status in ("convert-error", "skipped"):
+    if t is None or not t.artifact or t.status in (Status.CONVERT_ERROR, Status.SKIPPED):
         raise UsageError(f"the {info.format} model has no ONNX export to localize on: "
                          f"{(t.error if t else None) or 'server/ort-cpu did not run'}")
     path = _find(Path(opts.cache_dir) if opts.cache_dir else default_root(), t.artifact["sha256"])

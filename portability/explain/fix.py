@@ -6,16 +6,17 @@ workers and shared services (one session for them all); the first under which it
 the setting that makes it so. An alternative under which it converts but drifts is reported as drifting,
 never as a fix.
 
-The alternatives (``ALTERNATIVES``):
+The alternatives, in this order: those a converter or runtime declares (its ``fixes``, collected here), then
+the two that are the converter graph's and the target registry's:
 
-- **onnx2tf** (every TensorFlow, TFLite and TF.js target of an ONNX route), in this order:
+- **onnx2tf** (``SavedModelFromOnnx.fixes``: every TensorFlow, TFLite and TF.js target of an ONNX route), in this order:
   ``-rtpo OPS`` replaces the ops of the model that onnx2tf can build from TFLite built-ins (Erf, GeLU,
   HardSwish, Asin…: a Flex op or a missing kernel otherwise); ``-nuo`` skips onnxsim's simplification;
   ``-dgc`` splits grouped convolutions (a model with one); ``-ebu`` unfolds batched MatMuls (a model with
   MatMul); ``-kat INPUTS`` keeps the inputs' shapes as given (no channel-last transpose); ``-ofgd`` the GPU
   delegate's op choices; and, for a drift only, ``-agj``: onnx2tf's own search for parameter replacements
   that restore accuracy (slow).
-- **ONNX Runtime** (on the server and in the browser): graph optimizations ``basic``, then ``disabled`` (an
+- **ONNX Runtime** (``OrtCpu.fixes``, on the server and in the browser): graph optimizations ``basic``, then ``disabled`` (an
   optimizer pass at fault).
 - **Another route** of the converter graph: for a source that is not ONNX and a route that avoids ONNX, the
   route through ONNX (``via = "onnx"``).
@@ -29,17 +30,14 @@ that converts with it.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from portability.core.errors import UsageError
+from portability.core.status import FAILING, Status
 
-#: ops onnx2tf can replace by pseudo-operators made of TFLite built-ins (``-rtpo``, onnx2tf's help)
-PSEUDO_OPS = ("Asin", "Acos", "Atan", "Abs", "PReLU", "LeakyReLU", "Power", "GatherND", "Neg", "HardSwish", "Erf",
-              "GeLU", "MatMulInteger")
-_FAILED = ("drift", "convert-error", "load-error", "run-error", "crash", "timeout", "fallback")
-ONNX2TF = "SavedModelFromOnnx"
 
 
 @dataclass(frozen=True)
@@ -55,11 +53,26 @@ class Alternative:
     drift_only: bool = False
 
 
-def _onnx2tf(name: str, args: list[str], drift_only: bool = False) -> Alternative:
-    quoted = ", ".join(f'"{a}"' for a in args)
-    return Alternative(name, {"converter_options": {ONNX2TF: {"args": args}}},
-                       f"converter_options.{ONNX2TF}.args = [{quoted}]",
-                       "onnx2tf -i model.onnx -o saved_model -osd " + " ".join(args), drift_only)
+def _declared(fix: dict[str, Any], ops: set[str], inputs: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """(name, options) of a converter's or runtime's declared alternative for this model, None when it does
+    not apply (none of its ops in the model, or no input names for an ``"{inputs}"`` argument)."""
+    among = [o for o in fix.get("ops", ()) if not ops or o in ops]
+    if fix.get("ops") and not among:
+        return None
+    stands = {"{ops}": among, "{inputs}": list(inputs)}
+    options: dict[str, Any] = {}
+    for key, value in fix["options"].items():
+        if isinstance(value, list):
+            if any(v in stands and not stands[v] for v in value):
+                return None
+            value = [x for v in value for x in (stands[v] if v in stands else [v])]
+        options[key] = value
+    return fix["name"].replace("{ops}", " ".join(among)), options
+
+
+def _lines(prefix: str, options: dict[str, Any]) -> str:
+    """The settings-file lines that set ``options`` under ``prefix``."""
+    return "; ".join(f"{prefix}.{k} = {json.dumps(v)}" for k, v in options.items())
 
 
 def alternatives(steps: list[str], runtime: str, ops: set[str], inputs: list[str], target: str,
@@ -67,27 +80,28 @@ def alternatives(steps: list[str], runtime: str, ops: set[str], inputs: list[str
     """The alternatives that apply to a target whose chain has converters ``steps`` (class names) and whose
     runtime is ``runtime`` (``module:Class``), for a model with op types ``ops`` (empty: unknown) of format
     ``source``; ``siblings``: the other targets of the same runtime and variant (its engine's other backends)."""
+    from portability.converters.registry import CONVERTERS
+    from portability.core.target import load_class
+
     out: list[Alternative] = []
     if source != "onnx" and "onnx" not in " ".join(steps).lower():
         out.append(Alternative("the route through ONNX (--via onnx)", {"via": "onnx"}, 'via = "onnx"'))
-    if ONNX2TF in steps:
-        pseudo = [o for o in PSEUDO_OPS if not ops or o in ops]
-        if pseudo:
-            out.append(_onnx2tf(f"onnx2tf -rtpo {' '.join(pseudo)} (those ops from TFLite built-ins)", ["-rtpo", *pseudo]))
-        out.append(_onnx2tf("onnx2tf -nuo (no onnxsim simplification)", ["-nuo"]))
-        if not ops or "Conv" in ops:
-            out.append(_onnx2tf("onnx2tf -dgc (grouped convolutions split)", ["-dgc"]))
-        if not ops or ops & {"MatMul", "Gemm"}:
-            out.append(_onnx2tf("onnx2tf -ebu (batched MatMul unfolded)", ["-ebu"]))
-        if inputs:
-            out.append(_onnx2tf("onnx2tf -kat (input shapes kept as given)", ["-kat", *inputs]))
-        out.append(_onnx2tf("onnx2tf -ofgd (the GPU delegate's op choices)", ["-ofgd"]))
-        out.append(_onnx2tf("onnx2tf -agj (its own search for parameter replacements)", ["-agj"], drift_only=True))
-    if runtime in ("portability.runtimes.ort:OrtCpu", "portability.runtimes.ort_web:OrtWeb"):
-        for level in ("basic", "disabled"):
-            out.append(Alternative(f"ONNX Runtime graph optimizations {level}",
-                                   {"runtime_options": {target: {"graph_optimization": level}}},
-                                   f'runtime_options."{target}".graph_optimization = "{level}"'))
+    paths = {p.rsplit(":", 1)[-1]: p for p in CONVERTERS}
+    for conv in (load_class(paths[s]) for s in dict.fromkeys(steps) if s in paths):
+        for fix in conv.fixes:
+            found = _declared(fix, ops, inputs)
+            if found:
+                name, options = found
+                command = conv.fix_command.format(args=" ".join(options.get("args", []))) if conv.fix_command else None
+                out.append(Alternative(name, {"converter_options": {conv.name(): options}},
+                                       _lines(f"converter_options.{conv.name()}", options), command,
+                                       bool(fix.get("drift_only"))))
+    run = load_class(runtime)
+    for fix in run.fixes:
+        found = _declared(fix, ops, inputs)
+        if found and set(found[1]) <= run.OPTIONS:
+            out.append(Alternative(found[0], {"runtime_options": {target: found[1]}},
+                                   _lines(f'runtime_options."{target}"', found[1]), None, bool(fix.get("drift_only"))))
     for other in siblings:  # another backend of the same engine: a different target, said as such
         out.append(Alternative(f"another backend of the same engine: {other}", {"target": other}, f'targets = "{other}"'))
     return out
@@ -119,7 +133,7 @@ def _model_ops(path: Path, fmt: str) -> tuple[set[str], list[str]]:
 
 
 def search(model_path: Path, target: str, opts, say: Callable[[str], None] = lambda s: None, session=None,
-           status: str | None = None, info=None) -> dict:
+           status: Status | None = None, info=None) -> dict:
     """Try the alternatives for ``target`` until one passes: ``{"target", "status", "tried": [{"alternative",
     "status", "error"}], "passing": {"alternative", "option", "command"} | None}``. ``status``: the target's
     status in the check already run (else a check finds it)."""
@@ -137,7 +151,7 @@ def search(model_path: Path, target: str, opts, say: Callable[[str], None] = lam
     base = dataclasses.replace(opts, targets=target, runs=0, robustness=False, versions={}, localize=None, fix=False)
     own = session or Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),))
     try:
-        def status_under(extra: dict) -> tuple[str, str | None]:
+        def status_under(extra: dict) -> tuple[Status, str | None]:
             tid = extra.get("target", target)
             o = dataclasses.replace(base, targets=tid, via=extra.get("via", base.via),
                                     converter_options=_merge(base.converter_options, extra.get("converter_options", {})),
@@ -150,17 +164,17 @@ def search(model_path: Path, target: str, opts, say: Callable[[str], None] = lam
             say(f"{target} as it is")
             status, _ = status_under({})
         doc: dict[str, Any] = {"target": target, "status": status, "tried": [], "passing": None}
-        if status not in _FAILED:
+        if status not in FAILING:
             doc["why"] = f"nothing to fix: the target's status is {status}"
             return doc
         steps = [p.rsplit(":", 1)[-1] for p, _ in t.converters]
         for alt in alternatives(steps, t.runtime, ops, inputs, target, info.format, _siblings(t, targets[0].id)):
-            if alt.drift_only and status != "drift":
+            if alt.drift_only and status != Status.DRIFT:
                 continue
             say(f"{target} with {alt.name}")
             st, err = status_under(alt.settings)
             doc["tried"].append({"alternative": alt.name, "status": st, **({"error": err} if err else {})})
-            if st == "pass":
+            if st == Status.PASS:
                 doc["passing"] = {"alternative": alt.name, "option": alt.option,
                                   **({"command": alt.command} if alt.command else {})}
                 break
@@ -177,7 +191,7 @@ def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s
     from portability.engine.pipeline import load_source_isolated
     from portability.engine.session import Session
 
-    failing = [t for t in report.targets if t.status in _FAILED and t.id != report.reference]
+    failing = [t for t in report.targets if t.status in FAILING and t.id != report.reference]
     if not failing:
         return
     info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)

@@ -33,13 +33,13 @@ from typing import Any, Callable
 import numpy as np
 
 from portability.core.errors import UsageError
+from portability.core.status import COMPARED, ERRORS as _ERRORS, Status
 from portability.explain.cuts import Graph
 
 #: the most bytes of intermediate tensors (reference and target together, all batches) one run returns
 CHUNK_BYTES = 256 * 2**20
 #: formats a runtime runs the ONNX graph itself in: every tensor keeps its name
 GRAPH_FORMATS = ("onnx", "ort")
-_ERRORS = ("convert-error", "load-error", "run-error", "timeout", "crash")
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Probe:
     """One cut checked on the target: its tensors' drift, the cut's status and error."""
 
     index: int
-    status: str
+    status: Status
     error: str | None = None
     tensors: dict[str, dict] = field(default_factory=dict)
 
@@ -62,21 +62,18 @@ class Probe:
 
 def tensor_drift(ref: Any, got: Any, bounds: dict) -> dict:
     """One tensor on the target against the reference (see the module doc)."""
-    from portability.metrics.drift import output_drift
+    from portability.metrics import drift
+    from portability.metrics.bounds import DIVERGENCE, bound
 
     r = np.concatenate([np.ravel(x) for x in ref]) if isinstance(ref, list) else np.asarray(ref)
     g = np.concatenate([np.ravel(x) for x in got]) if isinstance(got, list) else np.asarray(got)
     if r.size != g.size:
         return {"diverges": True, "problem": f"{g.size} values, the reference {r.size}"}
-    d = output_drift(r.reshape(-1), g.reshape(-1))
-    finite = np.abs(r[np.isfinite(r)]) if r.dtype.kind == "f" else np.abs(r)
-    scale = float(finite.max()) if finite.size else 0.0
-    amax, cmin = bounds.get("max_abs"), bounds.get("cosine")
-    diverges = bool(d.get("nonfinite_mismatch") or (amax is not None and d["max_abs"] > amax * max(1.0, scale))
-                    or (cmin is not None and r.size > 1 and d["cosine"] < cmin))
-    ratios = [d["max_abs"] / (amax * max(1.0, scale))] if amax else []
+    j = drift.judge(bounds, {"": r.reshape(-1)}, {"": g.reshape(-1)}, rule=DIVERGENCE)
+    d, cmin, limit = j.outputs[""], bounds.get("cosine"), bound(bounds, j.outputs[""], DIVERGENCE)
+    ratios = [d["max_abs"] / limit] if limit else []
     ratios += [(1.0 - d["cosine"]) / (1.0 - cmin)] if cmin is not None and cmin < 1 and r.size > 1 else []
-    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": scale, "diverges": diverges,
+    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": d["scale"], "diverges": bool(j.breaches),
            "ratio": max(ratios) if ratios else None}
     if not isinstance(ref, list) and r.ndim >= 1 and r.shape[0] > 1:  # batches: does it still follow the input?
         rs, gs = (float(np.ptp(x.reshape(x.shape[0], -1).astype(np.float64), axis=0).max()) for x in (r, g.reshape(r.shape)))
@@ -163,7 +160,7 @@ def _entry(g: Graph, p: Probe, outputs: list[str] | None = None) -> dict:
     cos = min((v.get("cosine", 0.0) for v in vals), default=None)
     ratio = max((v["ratio"] for v in vals if v.get("ratio") is not None), default=None)
     d = {**g.describe(p.index), "max_abs": worst, "cosine": cos, "ratio": ratio, "diverges": p.bad}
-    if p.status != "pass" and p.status != "drift":
+    if p.status not in COMPARED:
         d.update(status=p.status, error=p.error)
     if p.constant:
         d["constant"] = True
@@ -173,7 +170,8 @@ def _entry(g: Graph, p: Probe, outputs: list[str] | None = None) -> dict:
 def run(model_path: Path, target: str, opts, out_dir: Path, say: Callable[[str], None] = lambda s: None) -> dict:
     """Localize ``model_path`` on ``target`` (see the module doc); the reproducer files go to ``out_dir``.
     Returns the localize JSON document."""
-    from portability.engine.pipeline import load_source_isolated, prepare_feeds
+    from portability.engine.pipeline import load_source_isolated
+    from portability.core.inputs import prepare as prepare_feeds
     from portability.targets import registry
 
     reg = registry()
@@ -227,18 +225,18 @@ def _localize(model_path: Path, target: str, runtime: str, base, out_dir: Path, 
         loc.conversions += 1
         t = next((x for x in whole.targets if x.id == target), None)
         bounds = loc.bounds = dict(t.thresholds or {}) if t else {}
-        doc: dict[str, Any] = {"target": target, "status": t.status if t else "skipped", "model": str(model_path),
+        doc: dict[str, Any] = {"target": target, "status": t.status if t else Status.SKIPPED, "model": str(model_path),
                                "nodes": len(g.nodes), "bounds": {k: bounds.get(k) for k in ("max_abs", "cosine")},
                                "first_divergence": None, "curve": [], "reproducer": None, "conversions": 0}
-        if t is None or t.status in ("pass", "skipped", "pass (x-check)") or t.id == ref_id:
-            doc["why"] = ("nothing diverges" if t and t.status.startswith("pass") else
+        if t is None or t.status in (Status.PASS, Status.SKIPPED) or t.id == ref_id:
+            doc["why"] = ("nothing diverges" if t and t.status == Status.PASS else
                           f"the target did not run: {t.error if t else 'not planned'}")
             doc["conversions"] = loc.conversions
             return doc
         doc.update(_placement(t.details or {}))
         ref, got = outs.get(ref_id) or {}, outs.get(target) or {}
         flat = any(tensor_drift(ref[k], got[k], bounds).get("constant") for k in ref if k in got)
-        mode = "error" if t.status in _ERRORS else "constant" if flat else "drift"
+        mode = "error" if t.status in _ERRORS else "constant" if flat else Status.DRIFT.value
         doc["mode"] = mode
         graph_format = (t.artifact or {}).get("format") in GRAPH_FORMATS
         curve = loc.curve_all(points, batches) if graph_format and mode != "error" else []
@@ -325,7 +323,7 @@ def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s
     """``check --localize DIR``: localize every drifting target of ``report`` and put the result in its
     ``details.localize`` (a model that cannot be localized says why there)."""
     for t in report.targets:
-        if t.status != "drift" or t.id == report.reference:
+        if t.status != Status.DRIFT or t.id == report.reference:
             continue
         say(f"localizing {t.id}")
         try:

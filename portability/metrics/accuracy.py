@@ -41,6 +41,9 @@ def _cell(t, medium: str) -> str:
     acc, delta = m.get("accuracy"), m.get("accuracy_delta")
     if acc is None:
         return "–"
+    cut = (getattr(t, "details", None) or {}).get("samples")
+    if cut:  # compared on the first batches only: its accuracy is that subset's, its change the comparable one
+        return f"{acc:.4f} (" + (f"{delta:+.4f} " if delta is not None else "") + f"on {cut['batches']}/{cut['of']})"
     # HTML shows every target's delta (the reference has none); the tables only a non-zero one
     shown = delta is not None if medium == "html" else bool(delta)
     return f"{acc:.4f}" + (f" ({delta:+.4f})" if shown else "")

@@ -1,11 +1,12 @@
 """Numeric drift of a target's outputs against the reference's, per output, and top-1 agreement."""
 from __future__ import annotations
 
-import numpy as np
-
 import math
 
+import numpy as np
+
 from portability.metrics.base import Column, Moved, Plot, Section, Threshold, fmt, number
+from portability.metrics.bounds import CHECK, Breach, Judgement, Rule, judge_output, within
 
 FIELDS = {"outputs": {}, "top1_agreement": None}
 THRESHOLDS = {
@@ -33,23 +34,32 @@ def compute(ev) -> tuple[dict, list[str]]:
 
 
 def breaches(metrics: dict, t: dict) -> list[str]:
-    out: list[str] = []
-    for name, m in (metrics.get("outputs") or {}).items():
-        if m.get("nonfinite_mismatch"):
-            out.append(f"'{name}': {m['nonfinite_mismatch']} NaN/Inf values where the reference has none (or the reverse)")
-        elif m.get("nonfinite"):
-            out.append(f"'{name}': {m['nonfinite']} NaN/Inf values, on both sides: no evidence of agreement there "
-                       "(non-finite outputs are never a pass; give inputs the model is defined on)")
-        elif t.get("max_abs") is not None and m["max_abs"] > t["max_abs"]:
-            out.append(f"'{name}': max_abs {m['max_abs']:.3g} > {t['max_abs']:.3g}")
-        if t.get("max_abs_steps") is not None and m.get("max_abs_steps") is not None and m["max_abs_steps"] > t["max_abs_steps"]:
-            out.append(f"'{name}': max_abs {m['max_abs_steps']:.2f} quantization steps > {t['max_abs_steps']:g}")
-        if t.get("cosine") is not None and m["cosine"] < t["cosine"] and not m.get("nonfinite_mismatch"):
-            out.append(f"'{name}': cosine {m['cosine']:.6f} < {t['cosine']}")
-    agreement = metrics.get("top1_agreement")
-    if t.get("top1_agreement") is not None and agreement is not None and agreement < t["top1_agreement"]:
-        out.append(f"top-1 agreement {agreement:.4f} < {t['top1_agreement']}")
-    return out
+    return judge(t, stats=metrics.get("outputs") or {}, agreement=metrics.get("top1_agreement")).messages
+
+
+def judge(t: dict, ref: dict | None = None, got: dict | None = None, *, stats: dict | None = None,
+          agreement: float | None = None, rule: Rule = CHECK, quant: dict | None = None,
+          tolerance: tuple[float, float] | None = None) -> Judgement:
+    """The one comparison of outputs against thresholds ``t``: the reference's and the candidate's arrays
+    (``ref``, ``got``: {name: array}, measured by ``compare``), or their per-output drift already measured
+    (``stats``, with the top-1 ``agreement``). ``tolerance``: (rtol, atol), also judged like numpy's
+    ``allclose`` (``|got - ref| <= atol + rtol * |ref|``, NaN equal to NaN), over every output."""
+    problems: list[str] = []
+    sizes: dict = {}
+    if stats is None:
+        stats, agreement, problems = compare(ref, got, quant)
+        sizes = {k: np.size(ref[k]) for k in stats if not isinstance(ref[k], list)}
+        if rule.relative:
+            for k in sizes:
+                r = np.asarray(ref[k])
+                finite = np.abs(r[np.isfinite(r)]) if r.dtype.kind == "f" else np.abs(r)
+                stats[k]["scale"] = float(finite.max()) if finite.size else 0.0
+    found = [b for name, m in stats.items() for b in judge_output(name, m, t, rule, sizes.get(name))]
+    limit = t.get("top1_agreement")
+    if rule.top1 and limit is not None and agreement is not None and agreement < limit:
+        found.append(Breach("top1_agreement", None, agreement, limit, f"top-1 agreement {agreement:.4f} < {limit}"))
+    inside, worst_seen = within(ref, got, stats, *tolerance) if tolerance else (None, None)
+    return Judgement(stats, agreement, tuple(problems), tuple(found), inside, worst_seen)
 
 
 def _fmt(v) -> str:
@@ -86,19 +96,29 @@ def regressions(before, after, tol) -> list[Moved]:
     return out
 
 
-def worst(t) -> tuple[float | None, float | None]:
-    """A target's worst max_abs and cosine over its outputs (None, None without outputs)."""
-    outs = (t.metrics or {}).get("outputs") or {}
-    if not outs:
-        return None, None
-    return max(o["max_abs"] for o in outs.values()), min(o["cosine"] for o in outs.values())
+def worst(t, only: str | None = None) -> tuple[float | None, float | None]:
+    """A target's worst max_abs and cosine over its outputs (None, None without outputs), as its report has
+    them. ``t``: a ``TargetResult`` or its metrics (a dict). ``only``: ``"numbers"`` counts numbers alone (a
+    JSON report's "inf" left out), ``"finite"`` finite numbers alone (None where none is left)."""
+    outs = list(((t if isinstance(t, dict) else t.metrics or {}).get("outputs") or {}).values())
+    if only is None:
+        return (max(o["max_abs"] for o in outs), min(o["cosine"] for o in outs)) if outs else (None, None)
+    keep = lambda v: isinstance(v, (int, float)) and (only == "numbers" or math.isfinite(v))  # noqa: E731
+    a, c = ([o.get(k) for o in outs if keep(o.get(k))] for k in ("max_abs", "cosine"))
+    return (max(a) if a else None), (min(c) if c else None)
+
+
+def agreement(t) -> float | None:
+    """A target's top-1 agreement with the reference (None where no output reads as class scores); ``t``: a
+    ``TargetResult`` or its metrics."""
+    return (t if isinstance(t, dict) else t.metrics or {}).get("top1_agreement")
 
 
 COLUMNS = (
     Column("max |Δ|", lambda t, medium: fmt(worst(t)[0], ".2e" if medium == "html" else ".1e", medium),
            headers={"markdown": "max \\|Δ\\|"}),
     Column("cosine", lambda t, medium: fmt(worst(t)[1], ".6f", medium)),
-    Column("top-1", lambda t, medium: fmt((t.metrics or {}).get("top1_agreement"), ".4f", medium)),
+    Column("top-1", lambda t, medium: fmt(agreement(t), ".4f", medium)),
 )
 
 

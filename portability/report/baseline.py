@@ -46,8 +46,8 @@ def _outputs_file(path: Path):
 
 
 def outputs(spec: str, history_path: Path | None = None):
-    """The kept outputs (``golden.Golden``) of a run id or of a ``--save-outputs`` file; None for a JSON
-    report or a run recorded without them."""
+    """The kept outputs (``golden.Golden``) of a run id or of a ``--save-outputs`` file, else the digests
+    its report carries (a JSON report, a run recorded without its outputs); None when it holds neither."""
     from portability.report.golden import Golden
     from portability.report.history import History, HistoryError
 
@@ -58,9 +58,22 @@ def outputs(spec: str, history_path: Path | None = None):
                 data = h.outputs(int(spec))
         except HistoryError as e:
             raise UsageError(str(e)) from None
-        return Golden.from_bytes(data)[0] if data else None
+        return Golden.from_bytes(data)[0] if data else digests(*load(spec, history_path))
     path = Path(spec)
-    return _outputs_file(path)[0] if is_outputs_file(path) else None
+    return _outputs_file(path)[0] if is_outputs_file(path) else digests(*load(spec, history_path))
+
+
+def digests(report: Report, label: str = "the baseline"):
+    """The output digests a report carries (``golden.Golden``, its outputs sampled); None for a report
+    written without them."""
+    from portability.report.golden import Golden
+
+    if not report.output_digests:
+        return None
+    try:
+        return Golden.from_digests(report.output_digests)
+    except ValueError as e:
+        raise UsageError(f"{label}: {e}") from None
 
 
 def require_comparable(baseline: Report, model: dict, label: str) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from portability.report.schema import FAILING, Report, TargetResult
+from portability.core.status import ERRORS, RANK, Status
+from portability.report.schema import Report, TargetResult
 
 #: how far from working a status is; a higher rank after than before is a regression (``skipped`` has
 #: no rank: a target that did not run says nothing about the model)
-STATUS_RANK = {"pass": 0, "fallback": 1, "drift": 2, "run-error": 3, "load-error": 4, "convert-error": 5,
-               "timeout": 6, "crashed": 6}
+STATUS_RANK = RANK
 KIND_ORDER = ("status", "presence", "outputs", "drift", "accuracy", "size", "latency")
 
 
@@ -72,7 +72,7 @@ def signature(model: dict) -> tuple:
 
 
 def _ran(t: TargetResult) -> bool:
-    return t.status not in FAILING - {"drift", "fallback"} and t.status != "skipped"
+    return t.status not in ERRORS and t.status != Status.SKIPPED
 
 
 def _status(a: TargetResult, b: TargetResult) -> list[Change]:
@@ -116,8 +116,8 @@ def _outputs(before: Report, after: Report, kept: tuple | None, labels: tuple[st
     ga, gb = kept
     if ga is None or gb is None:
         who = labels[0] if ga is None else labels[1]
-        return [], [f"{who} holds no outputs (a JSON report never does; a history run id or a --save-outputs file "
-                    "does): outputs not compared"]
+        return [], [f"{who} holds no outputs (a report written without output_digests, a run recorded without "
+                    "outputs): outputs not compared"]
     from portability.report.golden import compare
 
     found, why = compare(ga, gb, {t.id: t.thresholds or {} for t in after.targets})

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from portability.core.status import Status
 from portability.report.schema import Report
 
 
@@ -52,13 +53,13 @@ def write_json(report: Report, path: Path) -> None:
 
 def _junit_out(t) -> str:
     """The numbers a CI page shows under a test case: drift, agreement, accuracy, size, latency."""
-    from portability.metrics.drift import worst
+    from portability.metrics.drift import agreement, worst
 
     m = t.metrics or {}
     max_abs, cos = worst(t)
     lat = m.get("latency_ms") or {}
     parts = [f"status={t.status}", f"gating={str(t.gating).lower()}", f"runtime={t.runtime}"]
-    parts += [f"{k}={v}" for k, v in (("max_abs", max_abs), ("cosine", cos), ("top1_agreement", m.get("top1_agreement")),
+    parts += [f"{k}={v}" for k, v in (("max_abs", max_abs), ("cosine", cos), ("top1_agreement", agreement(t)),
                                        ("accuracy", m.get("accuracy")), ("size_bytes", (t.artifact or {}).get("size_bytes")),
                                        ("p50_ms", lat.get("p50")), ("p50_vs_reference", m.get("p50_vs_reference")))
               if v is not None]
@@ -75,7 +76,7 @@ def to_junit(report: Report) -> str:
     for t in report.targets:
         why = "; ".join(([t.error] if t.error else []) + list(t.breaches)) or t.status
         body = ""
-        if t.status == "skipped" or (t.failed and not t.gating):
+        if t.status == Status.SKIPPED or (t.failed and not t.gating):
             skipped += 1
             body = f"<skipped>{escape(f'{t.status}: {why}')}</skipped>"
         elif t.failed:

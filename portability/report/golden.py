@@ -5,7 +5,9 @@ A check keeps its inputs' provenance (the digest of the feeds every target ran, 
 shapes or file) and, per target and output, the array itself while it fits ``WHOLE_BYTES``; beyond that a
 fixed seeded sample of ``SAMPLE`` elements, with summary statistics and the digest of the whole array. The
 history keeps them beside each run (compressed); ``--save-outputs FILE`` writes them with the report to one
-``.npz`` (no pickles), which ``--baseline FILE`` and ``portability diff`` read back.
+``.npz`` (no pickles), which ``--baseline FILE`` and ``portability diff`` read back. The JSON report
+carries their digests (``output_digests``: the inputs' provenance and, per output, its statistics, digest
+and at most ``SAMPLE`` elements), so that a JSON report is a baseline for outputs too.
 
 Comparing two sets (``compare``) uses the check's own drift metrics and each target's thresholds: a target
 whose outputs moved beyond them ``changed``. When the inputs are not the same (other data, another shape)
@@ -13,6 +15,7 @@ nothing is compared, and the note says why.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -28,6 +31,7 @@ WHOLE_BYTES = 64 * 1024
 SAMPLE = 1024
 SAMPLE_SEED = 20261125
 FORMAT = "portability-golden-outputs/1"
+DIGESTS_FORMAT = "portability-output-digests/1"
 
 
 def digest(arrays: dict[str, np.ndarray]) -> str:
@@ -61,6 +65,28 @@ class Kept:
     def meta(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dtype": self.dtype, "whole": self.whole, "digest": self.digest,
                 "stats": self.stats}
+
+    def sampled(self) -> "Kept":
+        """This output as a sample: a whole one beyond ``SAMPLE`` elements cut to the elements ``keep``
+        samples, its digest and statistics those of the whole array."""
+        if not self.whole or self.values.size <= SAMPLE:
+            return self
+        flat = self.values.reshape(-1)
+        return Kept(self.shape, self.dtype, False, flat[sample_positions(flat.size)], self.digest, self.stats)
+
+    def to_json(self) -> dict[str, Any]:
+        """The digest a JSON report carries: ``meta`` and the sampled elements (base64 of their bytes)."""
+        k = self.sampled()
+        values = np.ascontiguousarray(k.values)
+        return {**k.meta(), "values_dtype": values.dtype.str,
+                "values": base64.b64encode(values.tobytes()).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Kept":
+        values = np.frombuffer(base64.b64decode(d["values"]), dtype=np.dtype(d["values_dtype"]))
+        if d["whole"]:
+            values = values.reshape(d["shape"])
+        return cls(tuple(d["shape"]), d["dtype"], bool(d["whole"]), values, d["digest"], dict(d["stats"]))
 
 
 def keep(arr) -> Kept:
@@ -140,6 +166,25 @@ class Golden:
     def size_bytes(self) -> int:
         return len(self.to_bytes())
 
+    # -- the digests a JSON report carries (``output_digests``): a few KB an output, whole arrays left out ----
+    def digests(self) -> dict[str, Any]:
+        """The inputs' provenance and, per target and output, its statistics, digest and sampled elements."""
+        return {"format": DIGESTS_FORMAT, "inputs": self.inputs,
+                "targets": {tid: {n: k.to_json() for n, k in sorted(outs.items())}
+                            for tid, outs in sorted(self.targets.items())}}
+
+    @classmethod
+    def from_digests(cls, d: dict) -> "Golden":
+        """ValueError when ``d`` is not a report's ``output_digests``."""
+        what = d.get("format") if isinstance(d, dict) else d
+        if what != DIGESTS_FORMAT:
+            raise ValueError(f"not a report's output digests (format {what!r})")
+        try:
+            return cls(dict(d["inputs"]), {tid: {n: Kept.from_json(k) for n, k in outs.items()}
+                                           for tid, outs in d["targets"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"damaged output digests ({type(e).__name__}: {e})") from None
+
 
 def is_outputs_file(path: Path) -> bool:
     """A ``--save-outputs`` file (an .npz: a zip archive), not a JSON report."""
@@ -174,6 +219,7 @@ def comparable(before: Golden, after: Golden) -> str | None:
 def _moved(k0: Kept, k1: Kept, thresholds: dict) -> list[tuple[str, Any, Any, str]]:
     """(metric, before, after, text) of every way output ``k1`` moved from ``k0`` beyond ``thresholds``."""
     from portability.metrics import drift
+    from portability.metrics.bounds import GOLDEN, bound
 
     if k0.shape != k1.shape:
         return [("shape", list(k0.shape), list(k1.shape), f"shape {list(k0.shape)} → {list(k1.shape)}")]
@@ -181,27 +227,20 @@ def _moved(k0: Kept, k1: Kept, thresholds: dict) -> list[tuple[str, Any, Any, st
         return []
     if k0.values.dtype.kind not in "fiub" or k1.values.dtype.kind not in "fiub":
         return [("digest", k0.digest[:12], k1.digest[:12], "values changed")]
-    m = drift.output_drift(k0.values, k1.values)
-    out = []
-    if m.get("nonfinite_mismatch"):
-        out.append(("nonfinite", 0, m["nonfinite_mismatch"], f"{m['nonfinite_mismatch']} NaN/Inf values appeared or went"))
-    t_abs, t_cos = thresholds.get("max_abs"), thresholds.get("cosine")
+    scores = k0.whole and k1.whole and drift.looks_like_scores(k1.values)
+    j = drift.judge(thresholds, stats={"": drift.output_drift(k0.values, k1.values)}, rule=GOLDEN,
+                    agreement=drift.top1_agreement(k0.values, k1.values) if scores else None)
     where = "" if k1.whole else f" (on {k1.values.size} sampled elements)"
-    if t_abs is not None and m["max_abs"] > t_abs:
-        out.append(("max_abs", 0.0, m["max_abs"], f"max_abs {m['max_abs']:.3g} > {t_abs:.3g}{where}"))
-    if t_cos is not None and m["cosine"] < t_cos and not m.get("nonfinite_mismatch"):
-        out.append(("cosine", 1.0, m["cosine"], f"cosine {m['cosine']:.6f} < {t_cos}{where}"))
+    out = [(b.bound, b.ideal, b.value, b.text + ("" if b.bound == "nonfinite" else where))
+           for b in j.breaches if b.output is not None]
+    t_abs = bound(thresholds, {})
     if not out and not k1.whole and t_abs is not None:  # moved where the sample does not look: the statistics
         moved = {k: abs(k1.stats.get(k, 0.0) - k0.stats.get(k, 0.0)) for k in ("min", "max", "mean")}
         worst = max(moved, key=moved.get)
         if moved[worst] > t_abs:
             out.append((f"stats.{worst}", k0.stats.get(worst), k1.stats.get(worst),
                         f"its {worst} moved by {moved[worst]:.3g} > {t_abs:.3g} (outside the sampled elements)"))
-    if k0.whole and k1.whole and thresholds.get("top1_agreement") is not None and drift.looks_like_scores(k1.values):
-        agree = drift.top1_agreement(k0.values, k1.values)
-        if agree is not None and agree < thresholds["top1_agreement"]:
-            out.append(("top1_agreement", 1.0, agree, f"top-1 agreement {agree:.4f} < {thresholds['top1_agreement']}"))
-    return out
+    return out + [(b.bound, b.ideal, b.value, b.text) for b in j.breaches if b.output is None]
 
 
 def compare(before: Golden, after: Golden, thresholds: dict[str, dict]) -> tuple[list[OutputChange], str | None]:
@@ -216,6 +255,8 @@ def compare(before: Golden, after: Golden, thresholds: dict[str, dict]) -> tuple
             k0 = before.targets.get(tid, {}).get(name)
             if k0 is None:
                 continue
+            if k0.whole != k1.whole:  # one side a sample (a JSON report's digests): the other's same elements
+                k0, k1 = k0.sampled(), k1.sampled()
             for metric, x, y, text in _moved(k0, k1, thresholds.get(tid) or {}):
                 changes.append(OutputChange(tid, name, metric, x, y, f"output '{name}' changed since the baseline: {text}"))
     return changes, None

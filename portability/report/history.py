@@ -91,12 +91,6 @@ def env_key(environment: dict) -> str:
     return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _worst_max_abs(metrics: dict) -> float | None:
-    vals = [o.get("max_abs") for o in (metrics.get("outputs") or {}).values()]
-    vals = [v for v in vals if isinstance(v, (int, float))]
-    return max(vals) if vals else None
-
-
 class History:
     """One connection to the history database (open it per command; it is not shared across threads)."""
 
@@ -167,8 +161,10 @@ class History:
 
     def record(self, report: Report, outputs: bytes | None = None) -> int:
         """Store a report (and its kept outputs: ``report.golden``); returns its run id."""
+        from portability.metrics import drift
+
         m = report.model
-        rows = [(t.id, t.status, int(t.gating), _worst_max_abs(t.metrics or {}), (t.metrics or {}).get("accuracy"),
+        rows = [(t.id, t.status, int(t.gating), drift.worst(t, "numbers")[0], (t.metrics or {}).get("accuracy"),
                  (t.artifact or {}).get("size_bytes"), ((t.metrics or {}).get("latency_ms") or {}).get("p50"))
                 for t in report.targets]
         try:

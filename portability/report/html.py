@@ -8,8 +8,12 @@ from html import escape
 from pathlib import Path
 from types import SimpleNamespace
 
+from portability.core.status import Status
 from portability.report.diff import Diff
 from portability.report.schema import Report, TargetResult
+
+#: the statuses with a pill style of their own; every other is styled as an error
+_OWN_STYLE = (Status.PASS, Status.DRIFT, Status.FALLBACK, Status.SKIPPED)
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
@@ -47,7 +51,7 @@ def _num(v, fmt: str = ".3g") -> str:
 
 
 def _pill(t: TargetResult) -> str:
-    cls = t.status if t.status in ("pass", "drift", "fallback", "skipped") else "error"
+    cls = t.status if t.status in _OWN_STYLE else "error"
     x = "" if t.gating else " xcheck"
     tip = t.status + ("" if t.gating else " (cross-check)")
     return f'<span class="pill s-{cls}{x}" title="{_e(tip)}">{_e(t.id.split("/", 1)[-1])}: {_e(t.status)}</span>'
@@ -69,7 +73,7 @@ def _glance(report: Report) -> str:
         cross = sum(t.failed and not t.gating for t in ts)
         if bad:
             verdict = f'<span class="bad">{len(bad)} failing</span>'
-        elif all(t.status == "skipped" for t in ts):
+        elif all(t.status == Status.SKIPPED for t in ts):
             verdict = "not run here"
         else:
             verdict = "ok" + (f" ({cross} cross-check{'s' if cross > 1 else ''} disagree{'' if cross > 1 else 's'})" if cross else "")
@@ -116,7 +120,7 @@ def _conversions(report: Report) -> str:
 def _problems(report: Report) -> str:
     items = []
     for t in report.targets:
-        if t.status == "pass" and not t.notes:
+        if t.status == Status.PASS and not t.notes:
             continue
         parts = ([f"<b>{_e(t.status)}</b>"] + ([_e(t.error)] if t.error else []) + [_e(b) for b in t.breaches]
                  + ([f"op <code>{_e(t.op)}</code>" + (f" (node <code>{_e(t.node)}</code>)" if t.node else "")] if t.op else [])
@@ -182,5 +186,5 @@ def render(report: Report, diff: Diff | None = None) -> str:
     body = "".join(f"<section><h2>{_e(h)}</h2>{s}</section>" for h, s in sections)
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">"
             f"<title>portability: {_e(name)} — {'passed' if ok else 'failed'}</title><style>{CSS}</style></head><body><main>"
-            f"<h1>portability report — {_e(name)}</h1><div class=\"verdict {'pass' if ok else 'fail'}\">"
+            f"<h1>portability report — {_e(name)}</h1><div class=\"verdict {Status.PASS if ok else 'fail'}\">"
             f"{'PASSED' if ok else 'FAILED'}: {_e(why)}</div><p class=meta>{meta}</p>{body}</main></body></html>\n")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from portability.core.status import Status
 from portability.report.diff import Diff
 from portability.report.schema import Report, TargetResult
 from portability.report.table import explain
 
-ICON = {"pass": "✅", "drift": "❌", "skipped": "⏭️", "fallback": "⚠️"}
+ICON = {Status.PASS: "✅", Status.DRIFT: "❌", Status.SKIPPED: "⏭️", Status.FALLBACK: "⚠️"}
 
 
 def _cell(s: str) -> str:
@@ -45,10 +46,10 @@ def render(report: Report, diff: Diff | None = None) -> str:
     regressed = diff is not None and bool(diff.gating_regressions)
     ok = report.passed and not regressed
     verdict = "✅ **passed**" if ok else "❌ **failed**"
-    n = {s: sum(t.status == s for t in report.targets) for s in ("pass", "skipped")}
+    n = {s: sum(t.status == s for t in report.targets) for s in (Status.PASS, Status.SKIPPED)}
     lines = [f"## portability: {verdict} — `{name}`", "",
-             f"{len(report.targets)} targets: {n['pass']} passed, {len(failing)} gating failed, "
-             f"{len(cross)} cross-checks disagree, {n['skipped']} skipped. Reference: `{report.reference}`; "
+             f"{len(report.targets)} targets: {n[Status.PASS]} passed, {len(failing)} gating failed, "
+             f"{len(cross)} cross-checks disagree, {n[Status.SKIPPED]} skipped. Reference: `{report.reference}`; "
              f"model sha256 `{str(report.model.get('sha256', ''))[:12]}`.", ""]
     if regressed:
         lines += ["Regressed since the baseline: " + ", ".join(
@@ -84,7 +85,7 @@ def render(report: Report, diff: Diff | None = None) -> str:
         lines += ["", f"### Versions of {pkg}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     notes = list(report.notes) + [f"`{t.id}`: {explain(t)}" for t in report.targets
-                                  if t.status == "skipped" and explain(t)]
+                                  if t.status == Status.SKIPPED and explain(t)]
     if notes:
         lines += ["", "<details><summary>Notes</summary>", ""] + [f"- {_cell(x)}" for x in notes] + ["", "</details>"]
     return "\n".join(lines) + "\n"

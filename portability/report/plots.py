@@ -12,9 +12,10 @@ import math
 import re
 from types import SimpleNamespace
 
+from portability.core.status import Status
 from portability.report.schema import Report, TargetResult
 
-STATUS_COLOR = {"pass": "#2e7d32", "drift": "#c62828", "fallback": "#ef6c00", "skipped": "#9e9e9e"}
+STATUS_COLOR = {Status.PASS: "#2e7d32", Status.DRIFT: "#c62828", Status.FALLBACK: "#ef6c00", Status.SKIPPED: "#9e9e9e"}
 ERROR_COLOR = "#b71c1c"
 REFERENCE_COLOR = "#1565c0"
 #: where a zero (bit-identical) drift is drawn on the log axis

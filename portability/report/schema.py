@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from portability.core.status import FAILING, STATUSES  # noqa: F401  (the report's vocabulary, re-exported)
+from portability.core.status import FAILING, STATUSES, Status  # noqa: F401  (the report's vocabulary, re-exported)
 
 SCHEMA_VERSION = 1
 
@@ -17,7 +17,7 @@ SCHEMA_VERSION = 1
 class TargetResult:
     id: str
     platform: str
-    status: str
+    status: Status
     gating: bool
     runtime: str | None = None
     device: str | None = None
@@ -35,12 +35,16 @@ class TargetResult:
     details: dict = field(default_factory=dict)
     duration_s: float | None = None
 
+    def __post_init__(self):
+        object.__setattr__(self, "status", Status(self.status))
+
     @property
     def failed(self) -> bool:
         return self.status in FAILING
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["status"] = str(self.status)
         d["breaches"] = list(self.breaches)
         d["notes"] = list(self.notes)
         return d
@@ -68,6 +72,9 @@ class Report:
     schema_version: int = SCHEMA_VERSION
     #: the runtime-version matrix (``check --versions``): {"packages": {pkg: [versions]}, "rows": [...]}
     versions: dict = field(default_factory=dict)
+    #: what each target's outputs were (``report/golden.py``, ``Golden.digests``): the inputs' provenance
+    #: and per target and output its statistics, digest and sampled elements; a baseline for outputs
+    output_digests: dict = field(default_factory=dict)
 
     def target(self, tid: str) -> TargetResult | None:
         return next((t for t in self.targets if t.id == tid), None)
@@ -85,6 +92,7 @@ class Report:
             "passed": self.passed,
             "notes": list(self.notes),
             **({"versions": self.versions} if self.versions else {}),
+            **({"output_digests": self.output_digests} if self.output_digests else {}),
         }
 
     @classmethod
@@ -96,4 +104,5 @@ class Report:
             inputs=d["inputs"], reference=d["reference"],
             targets=tuple(TargetResult.from_dict(t) for t in d["targets"]),
             passed=bool(d["passed"]), notes=tuple(d.get("notes") or ()), versions=dict(d.get("versions") or {}),
+            output_digests=dict(d.get("output_digests") or {}),
         )

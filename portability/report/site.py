@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import html as _html
-import math
 import re
 from collections import defaultdict
 from pathlib import Path
 
+from portability.core.status import Status
 from portability.report.schema import Report
 
 #: the metrics plotted per model: (title, how to read it from a target, log scale)
 METRICS = (
-    ("Worst |Δ| against the reference", "drift", True),
+    ("Worst |Δ| against the reference", "worst", True),
     ("Accuracy (or top-1 agreement)", "accuracy", False),
     ("Artifact size (KB)", "size", False),
     ("p50 latency (ms)", "latency", True),
@@ -31,13 +31,14 @@ def _e(v) -> str:
 
 
 def _value(t, what: str) -> float | None:
+    from portability.metrics import drift
+
     m = t.metrics or {}
-    if what == "drift":
-        vals = [o.get("max_abs") for o in (m.get("outputs") or {}).values()]
-        vals = [v for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
-        return max(max(vals), ZERO_FLOOR) if vals else None
+    if what == "worst":
+        v = drift.worst(t, "finite")[0]
+        return None if v is None else max(v, ZERO_FLOOR)
     if what == "accuracy":
-        v = m.get("accuracy") if m.get("accuracy") is not None else m.get("top1_agreement")
+        v = m.get("accuracy") if m.get("accuracy") is not None else drift.agreement(t)
         return float(v) if isinstance(v, (int, float)) else None
     if what == "size":
         n = (t.artifact or {}).get("size_bytes")
@@ -99,15 +100,15 @@ def _model_page(name: str, runs: list[tuple[int, Report]]) -> str:
         for run_id, r in runs:
             for t in r.targets:
                 v = _value(t, what)
-                if v is not None and not (what == "drift" and t.id == r.reference):
+                if v is not None and not (what == "worst" and t.id == r.reference):
                     series[t.id].append((run_id, v))
         fig = _plot(title, series, log)
         if fig:
             figs.append(fig)
     rows = "".join(
         f"<tr><td><a href=\"runs/{rid}.html\">run {rid}</a></td><td>{_e(r.created_at)}</td>"
-        f"<td>{_e(str(r.model.get('sha256', ''))[:12])}</td><td class={'pass' if r.passed else 'fail'}>"
-        f"{'passed' if r.passed else 'failed'}</td><td>{sum(t.status == 'pass' for t in r.targets)} / {len(r.targets)}</td>"
+        f"<td>{_e(str(r.model.get('sha256', ''))[:12])}</td><td class={Status.PASS if r.passed else 'fail'}>"
+        f"{'passed' if r.passed else 'failed'}</td><td>{sum(t.status == Status.PASS for t in r.targets)} / {len(r.targets)}</td>"
         f"<td>{_e(', '.join(f'{k} {v}' for k, v in sorted((r.environment.get('packages') or {}).items()) if k in ('onnxruntime', 'tensorflow-cpu', 'ai-edge-litert')))}</td></tr>"
         for rid, r in reversed(runs))
     return _page(f"portability history — {name}",
@@ -135,7 +136,7 @@ def write(out: Path, runs: list[tuple[int, Report]]) -> list[Path]:
         written.append(out / page)
         last = model_runs[-1][1]
         items.append(f"<tr><td><a href=\"{page}\">{_e(Path(path).name)}</a></td><td class=meta>{_e(path)}</td>"
-                     f"<td>{len(model_runs)}</td><td class={'pass' if last.passed else 'fail'}>"
+                     f"<td>{len(model_runs)}</td><td class={Status.PASS if last.passed else 'fail'}>"
                      f"{'passed' if last.passed else 'failed'}</td><td>{_e(last.created_at)}</td></tr>")
     write_atomic(out / "index.html", _page("portability history", "<h1>portability history</h1><table><tr><th>model</th>"
                  f"<th>path</th><th>runs</th><th>last verdict</th><th>last run</th></tr>{''.join(items)}</table>"))

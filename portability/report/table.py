@@ -4,10 +4,12 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from portability.core.status import Status
 from portability.report.schema import Report, TargetResult
 
-STYLE = {"pass": "green", "drift": "bold red", "fallback": "yellow", "skipped": "dim", "timeout": "red",
-         "crashed": "red", "convert-error": "red", "load-error": "red", "run-error": "red"}
+STYLE = {Status.PASS: "green", Status.DRIFT: "bold red", Status.FALLBACK: "yellow", Status.SKIPPED: "dim",
+         Status.TIMEOUT: "red", Status.CRASHED: "red", Status.CONVERT_ERROR: "red", Status.LOAD_ERROR: "red",
+         Status.RUN_ERROR: "red"}
 
 
 def explain(t: TargetResult) -> str:
@@ -57,4 +59,4 @@ def versions(report: Report) -> list[Table]:
 
 def explanations(report: Report) -> list[tuple[str, str]]:
     """(target id, why) for every target that did not simply pass."""
-    return [(t.id, explain(t)) for t in report.targets if t.status != "pass" and explain(t)]
+    return [(t.id, explain(t)) for t in report.targets if t.status != Status.PASS and explain(t)]

@@ -66,6 +66,9 @@ class Runtime(ABC):
     network: ClassVar[str] = "none"
     #: the packages it runs on (``check --versions`` runs it once more per asked version of one)
     uses: ClassVar[tuple[str, ...]] = ()
+    #: the documented alternatives ``fix`` retries a failing target of it under, in order (``explain.fix``):
+    #: each ``{"name", "options"}`` (runtime options, among those it reads: ``OPTIONS``)
+    fixes: ClassVar[tuple[dict[str, Any], ...]] = ()
 
     #: the shared services it may use: name -> (provider "module:Class", the flavour its lease asks for);
     #: ``service(options)`` names the one a target uses, and the check starts it through this provider

@@ -9,6 +9,7 @@ from portability.runtimes.base import Availability, Runtime, modules_present
 
 
 class OnnxReference(Runtime):
+    uses = ("onnx",)
     caveat = "onnx.reference has known wrong kernels; a disagreement with ONNX Runtime does not say which side is right"
 
     @classmethod

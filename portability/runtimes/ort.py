@@ -37,6 +37,9 @@ class OrtCpu(Runtime):
     provider = "CPUExecutionProvider"
     OPTIONS = frozenset({"graph_optimization", "threads"})
     uses = ("onnxruntime",)
+    #: an optimizer pass at fault: fewer of them, then none
+    fixes = tuple({"name": f"ONNX Runtime graph optimizations {level}", "options": {"graph_optimization": level}}
+                  for level in ("basic", "disabled"))
 
     @classmethod
     def availability(cls) -> Availability:
@@ -100,6 +103,7 @@ class OrtCpu(Runtime):
 class OrtCuda(OrtCpu):
     provider = "CUDAExecutionProvider"
     device = "gpu"
+    uses = ("onnxruntime", "onnxruntime-gpu")
 
     @classmethod
     def availability(cls) -> Availability:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from portability.core.artifact import Artifact
 from portability.core.errors import TargetError, Unavailable
+from portability.runtimes.ort import OrtCpu
 from portability.runtimes.web import WebRuntime
 
 BUNDLES = {"wasm": "ort.wasm.min.mjs", "webgl": "ort.webgl.min.mjs", "webgpu": "ort.webgpu.min.mjs", "webnn": "ort.all.min.mjs"}
@@ -56,7 +57,8 @@ class OrtWeb(WebRuntime):
     engine = "ort"
     OPTIONS = WebRuntime.OPTIONS | {"ep", "threads", "bundle", "graph_optimization", "device_type"}
     packages: ClassVar[dict[str, str]] = {"onnxruntime-web": "dist/ort.wasm.min.mjs"}
-    uses = ("onnxruntime-web",)
+    uses = ("onnxruntime-web", "playwright")
+    fixes = OrtCpu.fixes  # the same engine's optimizer, in the browser
     placement: dict[str, int] | None = None
     placement_nodes: dict[str, list[str]] | None = None
 

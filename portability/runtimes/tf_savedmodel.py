@@ -1,8 +1,9 @@
 """TensorFlow running the SavedModel that onnx2tf makes of the ONNX model (``server/tf``).
 
-The SavedModel's ``serving_default`` signature has the same tensors, keys and layouts as onnx2tf's fp32
-``.tflite`` (recorded in ``artifact.meta["tflite_io"]``), so the LiteRT runtime's mapping applies: inputs
-go in channel-last where onnx2tf moved them, outputs come back in the ONNX layout.
+The SavedModel's ``serving_default`` signature has the same tensors and keys as onnx2tf's fp32 ``.tflite``;
+its layouts are resolved on the SavedModel itself (``artifact.meta["tflite_io"]``), and the LiteRT runtime's
+mapping helpers apply: inputs go in channel-last where onnx2tf moved them, outputs come back in the ONNX
+layout.
 """
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ class Tfjs(WebRuntime):
                                           "@tensorflow/tfjs-backend-wasm": "dist/tf-backend-wasm.min.js",
                                           "@tensorflow/tfjs-backend-webgpu": "dist/tf-backend-webgpu.min.js"}
     input_format = "tfjs"
-    uses = ("@tensorflow/tfjs",)
+    uses = ("@tensorflow/tfjs", "playwright")
 
     @property
     def backend(self) -> str:

@@ -16,6 +16,7 @@ from portability.runtimes.base import Availability, Runtime, modules_present, ti
 class TorchEager(Runtime):
     input_format = "torch"
     cost_s = 2.0  # importing torch
+    uses = ("torch",)
     OPTIONS = frozenset({"threads"})
 
     @classmethod

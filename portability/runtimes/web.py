@@ -63,6 +63,8 @@ class WebRuntime(Runtime):
     served: ClassVar[tuple[str, ...]] = ()
     device = "cpu"
     network: ClassVar[str] = "browser"
+    #: the browser driver (a web runtime adds its own engine's package)
+    uses: ClassVar[tuple[str, ...]] = ("playwright",)
     providers: ClassVar[dict[str, tuple[str, Any]]] = {"browser": ("portability.web.service:BrowserService", False),
                                                        "browser-webgpu": ("portability.web.service:BrowserService", True)}
 

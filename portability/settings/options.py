@@ -1,6 +1,6 @@
 """A check's settings, declared once, and the one function that resolves them into ``CheckOptions``.
 
-Each ``Setting`` below is one of the user's settings: its name is the ``[tool.portability]`` key, the
+Each ``Setting`` below (``settings/setting.py``) is one of the user's settings: its name is the ``[tool.portability]`` key, the
 keyword argument of ``portability.check()`` and, dashed, the ``check`` flag (``time_budget``,
 ``--time-budget``); it carries its type, its default, its help text (``{default}`` is filled in from the
 default), the commands that take it as a flag, the types a settings file may give, and how its value is
@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from portability.core.errors import UsageError
 from portability.core.limits import Limits
+from portability.settings.setting import INPUTS, RUNNING, THRESHOLDS, WHAT, Setting
 
 
 #: the share of this machine's memory a target may use when no limit is given
@@ -71,77 +72,6 @@ class CheckOptions:
     target_thresholds: dict = field(default_factory=dict)
     #: the user set the run time limit: it then applies also to targets with a limit of their own
     timeout_explicit: bool = False
-
-
-#: the help sections settings are listed under (``check --help``)
-WHAT, INPUTS, RUNNING, THRESHOLDS = "What to check", "Inputs", "Running", "Thresholds"
-
-#: how a settings file may give a value of each flag type
-_FILE_TYPES: dict[Any, tuple] = {str: (str,), int: (int,), float: (int, float), Path: (str,), list: (list,),
-                                 bool: (bool,), dict: (dict,)}
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One user setting (see the module's docstring)."""
-
-    name: str
-    #: the flag's value type: str, int, float, bool, Path, list (a repeatable string flag), dict (no flag)
-    type: Any
-    #: None: not set (or computed where it is read)
-    default: Any
-    help: str
-    group: str
-    #: the CheckOptions field it sets (``limits.run_timeout_s``: a field of its Limits); default: its name
-    into: str | None = None
-    #: value -> the field's value (a UsageError for a bad one); default: as given
-    parse: Callable[[Any, "Setting"], Any] | None = None
-    #: the flag's declarations when not ``--name`` (``--robustness/--no-robustness``); "" for no flag
-    flag: str | None = None
-    short: str | None = None
-    min: float | None = None
-    #: the commands that take it as a flag
-    commands: tuple[str, ...] = ("check",)
-    #: the types a settings file or manifest may give (default: from ``type``); () where it cannot be set there
-    file: tuple | None = None
-    #: a file path, relative to the settings file or manifest that gives it
-    path: bool = False
-    #: a flag that turns the setting off (``--no-cache`` sets ``use_cache`` False)
-    negate: bool = False
-    #: the threshold (``metrics``) this flag sets
-    threshold: str | None = None
-    #: how the default reads in the help text, where it is not the default itself
-    shown: str | None = None
-
-    @property
-    def decls(self) -> tuple[str, ...]:
-        if self.flag == "":
-            return ()
-        first = self.flag or "--" + self.name.replace("_", "-")
-        return (first, self.short) if self.short else (first,)
-
-    @property
-    def option(self) -> str:
-        """The flag as messages name it (``--input-range``), or the setting's name where it has no flag."""
-        return self.decls[0].split("/")[0] if self.decls else self.name
-
-    @property
-    def file_types(self) -> tuple:
-        return self.file if self.file is not None else _FILE_TYPES.get(self.type, ())
-
-    def help_text(self) -> str:
-        if self.shown is not None:
-            shown = self.shown
-        elif isinstance(self.default, float):
-            shown = f"{self.default:g}"
-        elif isinstance(self.default, tuple):
-            shown = ",".join(f"{x:g}" for x in self.default)
-        else:
-            shown = str(self.default)
-        return self.help.format(default=shown)
-
-    def read(self, value: Any) -> Any:
-        return self.parse(value, self) if self.parse else value
 
 
 def _path(v: Any, s: Setting) -> Path | None:

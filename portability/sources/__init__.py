@@ -41,6 +41,9 @@ _REFUSED = {
     ".hdf5": "legacy Keras HDF5 files are not loaded: save the model as a .keras file",
     ".pb": "a lone .pb file: give the SavedModel folder (with saved_model.pb and variables/)",
 }
+#: files that no source claims, given by name all the same: the reader whose messages say what is wrong with
+#: them (a TF.js model.json renamed); anything else goes to the ONNX loader
+_UNCLAIMED = {".json": "tfjs"}
 
 
 def detect(path: str | os.PathLike) -> str:
@@ -51,11 +54,8 @@ def detect(path: str | os.PathLike) -> str:
         raise BadModel(f"{p.name} is a symbolic link: refused (give the model itself, in its own folder)")
     if not p.exists():
         raise BadModel(f"model file not found: {p}")
-    from importlib import import_module
-
-    others = [kind for kind in SOURCES if kind != "onnx"]
     if p.is_dir():
-        kind = next((k for k in others if import_module(SOURCES[k]).claims(p)), None)
+        kind = claimed(p)
         if kind:
             return kind
         raise BadModel(f"{p} is a folder with neither saved_model.pb (a SavedModel), model.json (a TF.js "
@@ -63,11 +63,29 @@ def detect(path: str | os.PathLike) -> str:
     suffix = p.suffix.lower()
     if suffix in _REFUSED and p.name != "saved_model.pb":
         raise BadModel(f"{p.name}: {_REFUSED[suffix]}")
-    kind = next((k for k in others if import_module(SOURCES[k]).claims(p)), None)
-    if kind:
+    kind = claimed(p)
+    if kind and kind != "onnx":
         return kind
+    if suffix in _UNCLAIMED:
+        return _UNCLAIMED[suffix]
     _refuse_pickles(p)
     return "onnx"
+
+
+def claimed(p: Path) -> str | None:
+    """The kind whose module claims ``p`` (its ``claims``: names and a few bytes, no framework), asked in
+    ``SOURCES`` order, or None."""
+    from importlib import import_module
+
+    return next((k for k in SOURCES if import_module(SOURCES[k]).claims(p)), None)
+
+
+def models_in(folder: Path) -> list[Path]:
+    """The models of ``folder``: its entries that a source claims (hidden entries and links aside), in name
+    order. A model of several files is one entry: an MXNet checkpoint is its ``NAME-symbol.json`` (the
+    ``.params`` beside it are claimed by none), a SavedModel or TF.js model its folder."""
+    return sorted(p for p in Path(folder).iterdir()
+                  if not p.name.startswith(".") and not p.is_symlink() and claimed(p) is not None)
 
 
 def _refuse_pickles(p: Path) -> None:
@@ -159,4 +177,4 @@ def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: st
     return ModelInfo.from_dict(answer)
 
 
-__all__ = ["SOURCES", "detect", "reference", "load_source_isolated", "model_folder"]
+__all__ = ["SOURCES", "detect", "claimed", "models_in", "reference", "load_source_isolated", "model_folder"]

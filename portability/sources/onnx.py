@@ -11,6 +11,11 @@ FORMAT = "onnx"
 REFERENCE = "server/ort-cpu"
 
 
+def claims(p: Path) -> bool:
+    """An ``.onnx`` file (``sources.detect`` also hands it any file no other source claims)."""
+    return p.is_file() and p.suffix.lower() == ".onnx"
+
+
 def load(path) -> ModelInfo:
     return load_model(path)
 

@@ -18,8 +18,9 @@ REFERENCE = "web/tfjs-cpu"
 
 
 def claims(p: Path) -> bool:
-    """A graph model's ``model.json`` (any ``.json`` an MXNet checkpoint did not claim first), or its folder."""
-    return (p.is_dir() and (p / "model.json").is_file()) or (p.is_file() and p.suffix.lower() == ".json")
+    """A graph model's folder or its ``model.json`` (a ``.json`` of another name, given by name, is read as
+    one too: ``sources.detect``; a folder's other ``.json`` files are not models)."""
+    return (p.is_dir() and (p / "model.json").is_file()) or (p.is_file() and p.name == "model.json")
 _DTYPES = {"DT_FLOAT": "float32", "DT_INT32": "int32", "DT_INT64": "int64", "DT_BOOL": "bool", "DT_HALF": "float16"}
 _MAX_JSON = 64 << 20
 

@@ -10,9 +10,10 @@ from the study's JSON alone (the own-weights rows, and the ``same_weights`` sect
 """
 from __future__ import annotations
 
+from portability.core.status import COMPARED, ERRORS, Status
 from portability.study.stats import ALPHA, at_largest_epsilon, own_rows, summary, welch
 
-FAILED = ("convert-error", "load-error", "run-error", "crashed", "timeout")
+FAILED = ERRORS
 QUANTIZED = ("int8", "qdq", "fp16", "dynint8")
 
 
@@ -115,13 +116,13 @@ def deployment(study: dict) -> dict:
     worst: dict[str, float] = {}
     for r in own_rows(study):
         for t in r["targets"]:
-            if t["id"] == r.get("reference") or t["status"] == "skipped":
+            if t["id"] == r.get("reference") or t["status"] == Status.SKIPPED:
                 continue
             plat = t.get("platform") or t["id"].split("/")[0]
             p = per.setdefault(plat, {"targets": 0, "failed": 0, "drift": 0})
             p["targets"] += 1
             p["failed"] += t["status"] in FAILED
-            p["drift"] += t["status"] == "drift"
+            p["drift"] += t["status"] == Status.DRIFT
             d = t.get("accuracy_vs_framework")
             if isinstance(d, (int, float)):
                 worst[plat] = min(worst.get(plat, 0.0), d)
@@ -140,7 +141,7 @@ def quantization(study: dict) -> dict:
         for t in r["targets"]:
             variant = next((q for q in QUANTIZED if t["id"].endswith("-" + q)), None)
             d = t.get("accuracy_vs_framework")
-            if variant and t["status"] in ("pass", "drift") and isinstance(d, (int, float)):
+            if variant and t["status"] in COMPARED and isinstance(d, (int, float)):
                 changes.setdefault(t["id"], []).append(d)
     nums = [f"{tid}: {100 * summary(v)['mean']:+.2f} points mean, {100 * min(v):+.1f} worst (n={len(v)})"
             for tid, v in sorted(changes.items())]

@@ -2,6 +2,8 @@
 tables read them."""
 from __future__ import annotations
 
+from portability.core.status import Status
+
 
 def targets_for(source_format: str, spec: str) -> list[str]:
     from portability.engine import plan
@@ -32,7 +34,7 @@ def baseline_on(trained, n: int) -> float | None:
     return float((np.load(logits, allow_pickle=False)[:n].argmax(-1) == y).mean())
 
 
-def failed_row_targets(source_format: str, spec: str, status: str, why: str) -> list[dict]:
+def failed_row_targets(source_format: str, spec: str, status: Status, why: str) -> list[dict]:
     """The rows' targets for a model that never reached check: each with the status that stopped it."""
     return [{"id": tid, "platform": tid.split("/")[0], "status": status, "error": why} for tid in targets_for(source_format, spec)]
 
@@ -54,9 +56,9 @@ def summarize_check(report: dict, accuracy_on_first) -> list[dict]:
 
 def summarize_target(t: dict, baseline: float | None) -> dict:
     """One target of a check report, as the study's tables read it."""
+    from portability.metrics import drift
+
     m = t.get("metrics") or {}
-    outs = m.get("outputs") or {}
-    worst = [o.get("max_abs") for o in outs.values() if isinstance(o.get("max_abs"), (int, float))]
     lat = m.get("latency_ms") if isinstance(m.get("latency_ms"), dict) else {}
     art = t.get("artifact") or {}
     acc = m.get("accuracy")
@@ -65,7 +67,7 @@ def summarize_target(t: dict, baseline: float | None) -> dict:
         "id": t["id"], "platform": t.get("platform"), "status": t["status"], "gating": t.get("gating"),
         "error": t.get("error"), "op": t.get("op"), "device": t.get("device"),
         "accuracy": acc, "accuracy_vs_framework": (acc - baseline) if isinstance(acc, (int, float)) and baseline is not None else None,
-        "top1_agreement": m.get("top1_agreement"), "max_abs": max(worst) if worst else None,
+        "top1_agreement": drift.agreement(m), "max_abs": drift.worst(m, "numbers")[0],
         "format": art.get("format"), "size_bytes": art.get("size_bytes"), "gzip_bytes": art.get("gzip_bytes"),
         "sha256": art.get("sha256"),
         "p50_ms": lat.get("p50"), "p50_vs_reference": m.get("p50_vs_reference"), "emulated": bool(lat.get("emulated")),

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from portability.core.errors import UsageError
+from portability.core.status import Status
 from portability.study import rows, zoo
 
 STUDY_SCHEMA = 1
@@ -211,7 +212,7 @@ class _Study:
         with Session(default_mode(), (str(self.cache / "models"),)) as self.session:
             for i, ((fw, arch, d), seed, weights) in enumerate(runs, 1):
                 row = {"framework": fw, "arch": arch, "dataset": d, "profile": self.o.profile, "seed": seed, "weights": weights,
-                       "training": {"status": "skipped"}, "export": None, "baseline": None, "check": None, "targets": []}
+                       "training": {"status": Status.SKIPPED}, "export": None, "baseline": None, "check": None, "targets": []}
                 label = f"[{i}/{len(runs)}] {fw} {arch} on {d}" + (f", seed {seed}" if self.o.seeds > 1 else "") + \
                     (" with PyTorch's weights" if weights == "torch" else "")
                 self._cell(row, label, {"torch": "torch", "keras": "keras", "mxnet": "onnx"}[fw])
@@ -241,8 +242,8 @@ class _Study:
         fw, arch, d = row["framework"], row["arch"], row["dataset"]
         if self.data_paths[d] is None:
             why = self.result.datasets[d]["error"]
-            row["training"] = {"status": "skipped", "error": why}
-            row["targets"] = rows.failed_row_targets(source_format, self.targets, "skipped", why)
+            row["training"] = {"status": Status.SKIPPED, "error": why}
+            row["targets"] = rows.failed_row_targets(source_format, self.targets, Status.SKIPPED, why)
             return
         self.progress.stage(f"{label}: " + ("loading PyTorch's weights" if row["weights"] == "torch" else "training"))
         t0 = time.perf_counter()
@@ -255,9 +256,9 @@ class _Study:
                                 on_event=self.progress.training, retrain=self.o.retrain,
                                 weights_from=source.dir / "weights.npz" if source else None)
         except zoo.TrainingFailed as e:
-            status = "skipped" if zoo.python_for(fw)[0] is None else "error"
+            status = Status.SKIPPED if zoo.python_for(fw)[0] is None else "error"
             row["training"] = {"status": status, "error": str(e)}
-            row["targets"] = rows.failed_row_targets(source_format, self.targets, "skipped", f"{fw} {arch}: training {status}: {e}")
+            row["targets"] = rows.failed_row_targets(source_format, self.targets, Status.SKIPPED, f"{fw} {arch}: training {status}: {e}")
             return
         finally:
             self.result.seconds["train"] += time.perf_counter() - t0
@@ -266,7 +267,7 @@ class _Study:
             row["same_weights"] = rows.against_source(trained, source)
         if not trained.exported:
             why = f"{fw} export failed: {row['export'].get('error') or 'no model file'}"
-            row["targets"] = rows.failed_row_targets(source_format, self.targets, "convert-error", why)
+            row["targets"] = rows.failed_row_targets(source_format, self.targets, Status.CONVERT_ERROR, why)
             return
         key = self._row_key(row, trained)
         done = None if self.o.retrain else self.state.get(key)
@@ -281,7 +282,7 @@ class _Study:
                 self._deploy(row, trained, source_format)
             except UsageError as e:
                 row["check"] = {"error": str(e)}
-                row["targets"] = rows.failed_row_targets(source_format, self.targets, "load-error", f"check refused the model: {e}")
+                row["targets"] = rows.failed_row_targets(source_format, self.targets, Status.LOAD_ERROR, f"check refused the model: {e}")
         localized = self._localize_drifts(row, trained) if self.o.localize else 0
         spent = time.perf_counter() - t0
         self.result.seconds["check"] += spent
@@ -349,7 +350,7 @@ class _Study:
             k = (row["framework"], row["arch"], row["dataset"], row.get("weights"), t["id"])
             if t.get("localized"):
                 self.localized.setdefault(k, t["localized"])
-            elif t["status"] == "drift" and t["id"] != row["reference"]:
+            elif t["status"] == Status.DRIFT and t["id"] != row["reference"]:
                 if k not in self.localized:
                     self.localized[k] = dict(self._localize(row, trained, t["id"]), seed=row["seed"])
                 t["localized"], added = self.localized[k], added + 1

@@ -8,13 +8,18 @@
 5. latency per target (p50), with its ratio to the reference (web/native for web targets);
 6. conversion and run failures per converter and framework, with every distinct reason;
 7. robustness per target (worst flip rate), when the study measured it.
+
+The views over several seeds and the same-weights experiment are ``study.seed_tables``'; ``study.render``
+puts them all in order and renders them.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-OK = ("pass", "drift")
+from portability.core.status import COMPARED, Status
+
+OK = COMPARED
 #: the native runtime every latency is compared with (the same for every framework's row)
 NATIVE = "server/ort-cpu"
 
@@ -35,9 +40,13 @@ def _delta(v) -> str:
     return f"{100 * v:+.1f}" if isinstance(v, (int, float)) else ""
 
 
+#: a failing status as a table cell says it
+_SHORT = {Status.CONVERT_ERROR: "convert✗", Status.LOAD_ERROR: "load✗", Status.RUN_ERROR: "run✗", Status.CRASHED: "crash",
+          Status.SKIPPED: "skip"}
+
+
 def _short(status: str) -> str:
-    return {"convert-error": "convert✗", "load-error": "load✗", "run-error": "run✗", "crashed": "crash",
-            "timeout": "timeout", "skipped": "skip", "fallback": "fallback"}.get(status, status)
+    return _SHORT.get(status, status)
 
 
 def _groups(study: dict) -> dict[tuple[str, str], dict[str, dict]]:
@@ -105,7 +114,7 @@ def deployed_accuracy(study: dict) -> list[View]:
         return t.get("samples") and t["samples"] < ((row.get("baseline") or {}).get("eval_samples") or 0)
 
     def fmt(t, row):
-        flag = "" if t["status"] == "pass" else " ⚠"
+        flag = "" if t["status"] == Status.PASS else " ⚠"
         if t.get("accuracy") is None:
             return f"top1 {_pct(t.get('top1_agreement'))}{flag}"
         n = f" n={t['samples']}" if fewer(t, row) else ""
@@ -178,7 +187,7 @@ def sizes(study: dict) -> list[View]:
 
 def _where(t: dict) -> str:
     """Which converter or runtime a failure belongs to."""
-    if t["status"] == "convert-error":
+    if t["status"] == Status.CONVERT_ERROR:
         chain = t.get("chain") or []
         err = t.get("error") or ""
         if "export failed" in err:
@@ -213,18 +222,18 @@ def failures(study: dict) -> View:
     reasons: dict[tuple[str, str], set] = defaultdict(set)
     for r in study["rows"]:
         for t in r["targets"]:
-            if t["status"] in ("pass", "skipped"):
+            if t["status"] in (Status.PASS, Status.SKIPPED):
                 continue
             w = _where(t)
             counts[w][r["framework"]] += 1
-            why = str(t.get("error") or (_drifted(t) if t["status"] == "drift" else t["status"])).splitlines()[0][:160]
+            why = str(t.get("error") or (_drifted(t) if t["status"] == Status.DRIFT else t["status"])).splitlines()[0][:160]
             if t.get("op") and str(t["op"]) not in why:
                 why = f"{why} (op {t['op']})"
             why = f"{why}{_localized(t.get('localized') or {})}"
             reasons[(w, r["framework"])].add(f"{r['arch']}/{r['dataset']}: {t['status']}: {why}")
     rows = [[w, *[str(counts[w].get(fw, 0) or "") for fw in fws]] for w in sorted(counts)]
     notes = [f"{w} ({fw}) — {why}" for (w, fw), whys in sorted(reasons.items()) for why in sorted(whys)]
-    skipped = sum(1 for r in study["rows"] for t in r["targets"] if t["status"] == "skipped")
+    skipped = sum(1 for r in study["rows"] for t in r["targets"] if t["status"] == Status.SKIPPED)
     if skipped:
         notes.append(f"{skipped} target runs skipped (a runtime or framework not available here: see the JSON)")
     return View("Failures per converter / runtime and framework (targets that did not pass; drift counts)",
@@ -276,85 +285,8 @@ def robustness_moves(study: dict) -> list[View]:
                   "source model, success at the largest ε minus the reference's (mean [min, max]); positive: easier to fool"])]
 
 
-def _pm(x: dict) -> str:
-    if not x.get("n"):
-        return "–"
-    return f"{_pct(x['mean'])} ± {_pct(x['std'])} (n={x['n']})" if x["n"] > 1 else f"{_pct(x['mean'])} (n=1)"
-
-
-def seeds(study: dict) -> list[View]:
-    """Mean ± standard deviation over the seeds, and which framework differences exceed the seed spread."""
-    from portability.study.stats import across_seeds
-
-    a = study.get("across_seeds") or across_seeds(study)
-    fws = _frameworks(study)
-    by = {(c["arch"], c["dataset"], c["framework"]): c for c in a["cells"]}
-    keys = list(dict.fromkeys((c["arch"], c["dataset"]) for c in a["cells"]))
-    rows = [[arch, d, *[_pm(by[(arch, d, fw)]["accuracy"]) if (arch, d, fw) in by else "–" for fw in fws]] for arch, d in keys]
-    out = [View("Across seeds: accuracy in its own framework, % (mean ± standard deviation over the seeds)",
-                ["model", "dataset", *fws], rows)]
-    diffs = [[x["arch"], x["dataset"], " − ".join(x["frameworks"]), f"{100 * x['difference']:+.1f}",
-              f"[{100 * x['ci95'][0]:+.1f}, {100 * x['ci95'][1]:+.1f}]" if x.get("ci95") else "–",
-              "–" if x["p"] is None else f"{x['p']:.3f}", x["verdict"]] for x in a["framework_differences"]]
-    out.append(View("Across seeds: framework differences", ["model", "dataset", "frameworks", "Δ points", "95 % CI", "p",
-                    "verdict"], diffs, [f"test: {a['test']}; 95 % CI: the difference's confidence interval (Welch), "
-                                        "what the seeds rule out; undecided: fewer than two seeds on a side"]))
-    return out + _moved_across_seeds(a["cells"], fws)
-
-
-def _moved_across_seeds(cells: list[dict], fws: list[str], points: float = 0.005) -> list[View]:
-    """Deployments whose accuracy moved by ``points`` or more in some seed: the change's mean ± std and worst."""
-    by = {(c["arch"], c["dataset"], c["framework"]): c for c in cells}
-    keys = list(dict.fromkeys((c["arch"], c["dataset"], tid) for c in cells for tid, x in c["targets"].items()
-                              if any(abs(v) >= points for v in x["accuracy_vs_framework"]["values"])))
-
-    def cell(arch, d, tid, fw):
-        x = (by.get((arch, d, fw)) or {}).get("targets", {}).get(tid)
-        if not x or not x["accuracy_vs_framework"]["n"]:
-            return "–"
-        ch = x["accuracy_vs_framework"]
-        return f"{_pm_delta(ch)} (worst {_delta(min(ch['values']))}, n={ch['n']})"
-    rows = [[arch, d, tid, *[cell(arch, d, tid, fw) for fw in fws]] for arch, d, tid in keys]
-    return [View("Across seeds: deployments that moved accuracy, points (change against the framework's own: "
-                 "mean ± std over the seeds)", ["model", "dataset", "target", *fws], rows,
-                 [f"a target is listed when its accuracy moved by {100 * points:.1f} points or more in some seed; "
-                  "n: the seeds where it ran"])] if rows else []
-
-
-def _pm_delta(x: dict) -> str:
-    if not x.get("n"):
-        return "–"
-    return f"{100 * x['mean']:+.1f}" + (f" ± {100 * x['std']:.1f}" if x["n"] > 1 else "")
-
-
 def _sci(v) -> str:
     return f"{v:.1e}" if isinstance(v, (int, float)) else "–"
-
-
-def same_weights(study: dict) -> list[View]:
-    """The same-weights experiment: each framework holding PyTorch's trained weights, against PyTorch, before
-    any export (the frameworks' computation alone) and after deployment (each framework's export path)."""
-    from portability.study.stats import SAME_WEIGHTS, own_rows
-    from portability.study.stats import same_weights as section
-
-    sw = study.get("same_weights") or section(study)
-    if not sw["cells"]:
-        return []
-    rows = [[c["arch"], c["dataset"], c["framework"], _pm(c["accuracy_torch"]), _pm(c["accuracy"]),
-             _pm_delta(c["difference"]),
-             _sci(c["max_abs_vs_torch"]), _pm(c["top1_agreement_vs_torch"])] for c in sw["cells"]]
-    first = View("Same weights: each framework with PyTorch's trained weights, before any export, % (mean ± std over the seeds)",
-                 ["model", "dataset", "framework", "in PyTorch", "in the framework", "Δ", "worst |Δ logit|", "top-1 agreement"], rows,
-                 [SAME_WEIGHTS + "; Δ: the framework's accuracy minus PyTorch's — any difference is the frameworks' "
-                  "computation, not training"])
-    derived = {**study, "rows": [r for r in own_rows(study) if r["framework"] == "torch"] +
-               [dict(r, framework=f"{r['framework']} (torch weights)") for r in study["rows"] if r.get("weights") == "torch"]}
-    deployed = deployed_accuracy(derived)
-    for v in deployed:
-        v.title = "Same weights: " + v.title[0].lower() + v.title[1:]
-        v.notes.append("every column holds the same trained weights (PyTorch's): a difference here comes from the "
-                       "framework's export and the converters after it")
-    return [first, *deployed]
 
 
 def findings(study: dict) -> View:
@@ -365,55 +297,3 @@ def findings(study: dict) -> View:
             for f in (study.get("findings") or compute(study))]
     return View("The seed paper's findings, as this study finds them", ["finding (Guo et al., ASE 2019)", "verdict", "numbers"],
                 rows, [f"{f['finding']}: {f['rule']}" for f in (study.get("findings") or compute(study))])
-
-
-def views(study: dict) -> list[View]:
-    from portability.study.stats import own_rows
-
-    many = (study.get("options") or {}).get("seeds", 1) > 1
-    weights = same_weights(study)
-    verdicts = findings(study)
-    study = {**study, "rows": own_rows(study)}
-    first = [framework_accuracy(study), *deployed_accuracy(study), *drift(study), *sizes(study), *latency(study),
-             *robustness(study)]
-    if many:  # the robustness moves, the failures and the same weights' first table are over every seed
-        for v in first + weights[1:]:
-            v.notes.append("with several seeds, this table shows each cell's first seed; the spread is under 'Across seeds'")
-    return [verdicts] + ([*seeds(study)] if many else []) + first + [*robustness_moves(study), failures(study)] + weights
-
-
-def to_markdown(study: dict) -> str:
-    o = study["options"]
-    n = o.get("seeds") or 1
-    seeds = f"seed {o['seed']}" if n == 1 else f"{n} seeds, {o['seed']}–{o['seed'] + n - 1}"
-    lines = [f"# portability study ({o['profile']} profile, {seeds})", "",
-             f"Frameworks: {', '.join(o['frameworks'])} · models: {', '.join(o['models'])} · datasets: "
-             f"{', '.join(o['datasets'])} · targets: `{o['targets']}` · {study['started_at']}", ""]
-    if study.get("partial"):
-        lines += [f"**Partial**: {len(study['rows'])} of {study.get('rows_planned') or '?'} rows — the study stopped "
-                  "midway (run it again with the same settings: it resumes).", ""]
-    s = study.get("seconds") or {}
-    if s:
-        lines += [f"Wall time: {s.get('total', 0):.0f} s (training {s.get('train', 0):.0f} s, deployment and evaluation "
-                  f"{s.get('check', 0):.0f} s)" + (f"; from scratch, over every run that did a part of it: "
-                  f"{s['from_scratch']:.0f} s" if s.get("from_scratch") and s["from_scratch"] > s.get("total", 0) + 1 else "") + ".", ""]
-    for v in views(study):
-        lines += [f"## {v.title}", "", "| " + " | ".join(v.header) + " |", "|" + "---|" * len(v.header)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in v.rows]
-        lines += [""] + [f"- {n}" for n in v.notes] + ([""] if v.notes else [])
-    return "\n".join(lines) + "\n"
-
-
-def render(study: dict, console) -> None:
-    from rich.table import Table
-
-    for v in views(study):
-        console.print(f"\n[bold]{v.title}[/]", highlight=False, soft_wrap=True)
-        t = Table(show_lines=False)
-        for i, h in enumerate(v.header):
-            t.add_column(h, justify="left" if i == 0 or h in ("dataset",) else "right", no_wrap=i == 0)
-        for row in v.rows:
-            t.add_row(*row)
-        console.print(t)
-        for n in v.notes:
-            console.print(f"  {n}", highlight=False, soft_wrap=True)

@@ -45,6 +45,16 @@ def registry() -> dict[str, Target]:
     return {**{t.id: t for m in (server, web, mobile) for t in m.TARGETS}, **_registered}
 
 
+def used_dists() -> tuple[str, ...]:
+    """The Python distributions the targets' runtimes and the converters declare they use (``uses``), in
+    registry order: what names a runtime, or a converter (its cache key)."""
+    from portability.converters.registry import CONVERTERS
+    from portability.core.availability import dists
+
+    runtimes = dict.fromkeys(t.runtime for t in registry().values())
+    return dists(load_class(c) for c in (*runtimes, *CONVERTERS))
+
+
 def availability(target: Target):
     """The target runtime's own availability check; a runtime module that fails to import is unavailable."""
     from portability.core.availability import Availability

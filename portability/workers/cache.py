@@ -24,6 +24,7 @@ import numpy as np
 from portability.converters.base import ConvertContext, Converter
 from portability.core.dirs import default_root  # noqa: F401  (re-exported: the cache's root)
 from portability.core.artifact import META_FILE, Artifact, sha256_files, write_meta
+from portability.core.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class Cache:
         raise ConvertError(note["error"], op=note.get("op"), node=note.get("node"))
 
     def _remember_failure(self, entry: Path, e: Exception) -> None:
-        if not self.scope or getattr(e, "status", "convert-error") not in ("convert-error", "run-error"):
+        if not self.scope or getattr(e, "status", Status.CONVERT_ERROR) not in (Status.CONVERT_ERROR, Status.RUN_ERROR):
             return
         msg = str(e).strip()
         note = {"scope": self.scope, "error": msg if msg else type(e).__name__,

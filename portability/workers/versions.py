@@ -249,7 +249,7 @@ def matrix(results, outputs: dict[str, dict], info: dict[str, dict]) -> dict:
                 if w == v or not a or not b:
                     continue
                 per, _, _ = drift.compare(b, a)
-                m = max((x.get("max_abs", 0.0) for x in per.values()), default=0.0)
+                m = drift.worst({"outputs": per})[0] or 0.0
                 worst = m if worst is None else max(worst, m)
             cell["worst_max_abs_vs_others"] = worst
     packages = sorted({r["package"] for r in rows.values()})

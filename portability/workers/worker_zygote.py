@@ -121,9 +121,10 @@ def _preload() -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
-    from portability.converters.base import KNOWN_DISTS, package_version
+    from portability.core.availability import package_version
+    from portability.targets import used_dists
 
-    for dist in KNOWN_DISTS:  # what names each converter (its cache key), read once for every worker
+    for dist in used_dists():  # what names each converter (its cache key) and runtime, read once for every worker
         package_version(dist)
     loaded = [m for m in NEVER if m in sys.modules]
     if loaded:

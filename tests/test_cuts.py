@@ -1,0 +1,85 @@
+"""Graph cuts of old models: before IR 4 every initializer must also be a graph input, and a cut that lists
+only the model's inputs would be an invalid model. Each cut and each single-node reproducer of an IR-3 model
+passes ONNX's checker and computes, in ONNX Runtime, what the full model computes at that node."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from portability.explain.cuts import Graph
+
+
+def ir3_model(tmp_path, outlier: bool = False):
+    """Conv -> Relu -> Conv -> Add(skip) -> Relu -> Conv, opset 9, IR 3, every weight also a graph input (as
+    the old model zoo's files are). With ``outlier``, conv2's weights hold one large value on a channel that
+    reads zeros: per-tensor int8 weights lose the others' precision there."""
+    rng = np.random.default_rng(3)
+    w = {"w1": rng.standard_normal((4, 3, 3, 3)), "b1": rng.standard_normal(4), "w2": rng.standard_normal((4, 4, 1, 1)),
+         "w3": rng.standard_normal((2, 4, 1, 1))}
+    w = {k: (v * 0.5).astype(np.float32) for k, v in w.items()}
+    if outlier:
+        w["w2"][0, 3, 0, 0] = 40.0
+        w["b1"][3] = -100.0  # relu1's channel 3 stays zero: the outlier adds nothing to the output
+    inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Add", ["c2", "r1"], ["s"], name="skip"),
+             helper.make_node("Relu", ["s"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w3"], ["y"], name="conv3")]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+    ins += [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)) for t in inits]
+    g = helper.make_graph(nodes, "old", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    onnx.checker.check_model(m, full_check=True)
+    path = tmp_path / "old.onnx"
+    onnx.save(m, str(path))
+    return path
+
+
+def _intermediates(path, names, x):
+    """The full model's values of ``names`` (made graph outputs of a copy)."""
+    m = onnx.load(str(path))
+    m.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names)
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, {"x": x})))
+
+
+def test_cuts_of_an_ir3_model_are_valid_and_compute_what_the_model_does(tmp_path):
+    path = ir3_model(tmp_path)
+    g = Graph(path)
+    assert g.inputs == ["x"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    full = _intermediates(path, ["c1", "r1", "c2", "s", "r2"], x)
+    for i in g.cut_points():
+        outs = g.floats(i)
+        cut = onnx.load(str(g.cut(outs, tmp_path / f"cut{i}" / "model.onnx")))
+        onnx.checker.check_model(cut, full_check=True)
+        assert cut.ir_version >= 4 and [v.name for v in cut.graph.input] == ["x"]
+        s = ort.InferenceSession(cut.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert [i_.name for i_ in s.get_inputs()] == ["x"]  # the weights are constants, not inputs to feed
+        for name, got in zip(outs, s.run(outs, {"x": x})):
+            np.testing.assert_allclose(got, full[name], rtol=1e-6, atol=1e-6)
+    # the node alone (the reproducer): fed the reference's values of its computed inputs
+    rep, feeds = g.node_alone(3, {"c2": full["c2"], "r1": full["r1"]}, tmp_path / "alone.onnx")
+    alone = onnx.load(str(rep))
+    onnx.checker.check_model(alone, full_check=True)
+    got = ort.InferenceSession(alone.SerializeToString(), providers=["CPUExecutionProvider"]).run(["s"], feeds)[0]
+    np.testing.assert_allclose(got, full["s"], rtol=1e-6, atol=1e-6)
+
+
+def test_an_ir3_model_is_localized_on_a_server_target(tmp_path):
+    """``localize`` on the IR-3 model: its cuts run, and conv2 (the outlier's int8 weights) is named."""
+    from conftest import run_cli
+
+    model = ir3_model(tmp_path, outlier=True)
+    p = run_cli("localize", str(model), "--target", "server/ort-int8", "--out", str(tmp_path / "loc"),
+                "--json", str(tmp_path / "loc.json"))
+    assert p.returncode == 1 and "invalid ONNX model" not in p.stderr, p.stderr[-2000:]
+    doc = json.loads((tmp_path / "loc.json").read_text())
+    assert doc["first_divergence"]["node"] == "conv2" and doc["first_divergence"]["op_at_fault"]
+    assert not doc["curve"][0]["diverges"] and doc["reproducer"]["reproduces"]
