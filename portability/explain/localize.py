@@ -73,7 +73,7 @@ def tensor_drift(ref: Any, got: Any, bounds: dict) -> dict:
     d, cmin, limit = j.outputs[""], bounds.get("cosine"), bound(bounds, j.outputs[""], DIVERGENCE)
     ratios = [d["max_abs"] / limit] if limit else []
     ratios += [(1.0 - d["cosine"]) / (1.0 - cmin)] if cmin is not None and cmin < 1 and r.size > 1 else []
-    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": d["scale"], "diverges": bool(j.breaches),
+    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": d["ref_max_abs"], "diverges": bool(j.breaches),
            "ratio": max(ratios) if ratios else None}
     if not isinstance(ref, list) and r.ndim >= 1 and r.shape[0] > 1:  # batches: does it still follow the input?
         rs, gs = (float(np.ptp(x.reshape(x.shape[0], -1).astype(np.float64), axis=0).max()) for x in (r, g.reshape(r.shape)))

@@ -19,8 +19,9 @@ class Rule:
     nonfinite_alone: bool = True
     #: the text of NaN/Inf on one side only ({n}: how many)
     mismatch_text: str = "{n} NaN/Inf values where the reference has none (or the reverse)"
-    #: the max_abs bound scales with the reference: ``max_abs > bound * max(1, max|reference|)``
-    relative: bool = False
+    #: the max_abs bound scales with the reference: ``max_abs > bound * max(1, max|reference|)`` (float
+    #: rounding grows with the values rounded: 1e-4 on outputs in the hundreds is a few float32 steps)
+    relative: bool = True
     #: a single value's cosine is judged (its sign)
     single_cosine: bool = True
     #: the top-1 agreement is judged
@@ -31,9 +32,9 @@ CHECK = Rule()
 #: golden outputs: a run's outputs against the baseline's own, NaN/Inf that came or went judged with the rest
 GOLDEN = Rule(both_nonfinite=False, nonfinite_alone=False, mismatch_text="{n} NaN/Inf values appeared or went")
 #: localize: a tensor diverges beyond bounds scaled to its magnitude; a single value has no cosine
-DIVERGENCE = Rule(both_nonfinite=False, nonfinite_alone=False, relative=True, single_cosine=False, top1=False)
+DIVERGENCE = Rule(both_nonfinite=False, nonfinite_alone=False, single_cosine=False, top1=False)
 #: a conformance case's outputs against the spec's expected ones (with the case's own tolerance besides)
-SPEC = Rule(top1=False)
+SPEC = Rule(top1=False, relative=False)
 
 
 #: each bound's value for outputs that agree exactly
@@ -84,11 +85,11 @@ class Judgement:
 
 
 def bound(t: dict, m: dict, rule: Rule = CHECK) -> float | None:
-    """The max_abs bound of one output: ``t``'s, times max(1, the reference's magnitude ``scale``) where the
-    rule is relative."""
+    """The max_abs bound of one output: ``t``'s, times max(1, the reference's largest magnitude
+    ``ref_max_abs``) where the rule is relative (a report written before it was measured: ``t``'s)."""
     if t.get("max_abs") is None or not rule.relative:
         return t.get("max_abs")
-    return t["max_abs"] * max(1.0, m.get("scale", 0.0))
+    return t["max_abs"] * max(1.0, m.get("ref_max_abs") or 0.0)
 
 
 def judge_output(name: str, m: dict, t: dict, rule: Rule, size: int | None) -> list[Breach]:

@@ -6,11 +6,12 @@ import math
 import numpy as np
 
 from portability.metrics.base import Column, Moved, Plot, Section, Threshold, fmt, number
-from portability.metrics.bounds import CHECK, Breach, Judgement, Rule, judge_output, within
+from portability.metrics.bounds import CHECK, Breach, Judgement, Rule, bound, judge_output, within
 
 FIELDS = {"outputs": {}, "top1_agreement": None}
 THRESHOLDS = {
-    "max_abs": Threshold(1e-4, "--max-abs", "largest absolute output difference"),
+    "max_abs": Threshold(1e-4, "--max-abs", "largest absolute output difference, per unit of the output's largest "
+                         "magnitude where that is over 1 (float rounding grows with the values rounded)"),
     #: the same in quantization steps of the output (quantized targets only)
     "max_abs_steps": Threshold(None),
     "cosine": Threshold(0.9999, "--cosine", "lowest cosine similarity per output", floor=True),
@@ -49,11 +50,6 @@ def judge(t: dict, ref: dict | None = None, got: dict | None = None, *, stats: d
     if stats is None:
         stats, agreement, problems = compare(ref, got, quant)
         sizes = {k: np.size(ref[k]) for k in stats if not isinstance(ref[k], list)}
-        if rule.relative:
-            for k in sizes:
-                r = np.asarray(ref[k])
-                finite = np.abs(r[np.isfinite(r)]) if r.dtype.kind == "f" else np.abs(r)
-                stats[k]["scale"] = float(finite.max()) if finite.size else 0.0
     found = [b for name, m in stats.items() for b in judge_output(name, m, t, rule, sizes.get(name))]
     limit = t.get("top1_agreement")
     if rule.top1 and limit is not None and agreement is not None and agreement < limit:
@@ -128,10 +124,11 @@ def _per_output(report, page) -> str:
     for t in report.targets:
         thr = t.thresholds or {}
         for name, o in ((t.metrics or {}).get("outputs") or {}).items():
-            over = isinstance(o.get("max_abs"), (int, float)) and thr.get("max_abs") is not None and o["max_abs"] > thr["max_abs"]
+            limit = bound(thr, o)
+            over = isinstance(o.get("max_abs"), (int, float)) and limit is not None and o["max_abs"] > limit
             ma = num(o.get("max_abs"), ".2e")
             rows.append([page.e(t.id), f"<code>{page.e(name)}</code>", f'<span class="bad">{ma}</span>' if over else ma,
-                         num(thr.get("max_abs"), ".0e"), num(o.get("max_abs_steps"), ".2f"), num(o.get("max_rel"), ".2e"),
+                         num(limit, ".0e" if limit == thr.get("max_abs") else ".2e"), num(o.get("max_abs_steps"), ".2f"), num(o.get("max_rel"), ".2e"),
                          num(o.get("mean_abs"), ".2e"), num(o.get("rmse"), ".2e"), num(o.get("p99_abs"), ".2e"),
                          num(o.get("snr_db"), ".1f"), num(o.get("cosine"), ".7f"), num(o.get("top1_agreement"), ".4f")])
     if not rows:
@@ -150,7 +147,9 @@ def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -
     ``nonfinite``: NaN/Inf values where the reference has the same (no evidence: a breach, never a pass);
     ``nonfinite_mismatch``: where only one side has them.
     ``snr_db``: the reference's energy over the difference's, in dB (the SQNR quantization tools report):
-    ``inf`` for identical outputs, about 20 dB per decimal digit of agreement."""
+    ``inf`` for identical outputs, about 20 dB per decimal digit of agreement.
+    ``ref_max_abs``: the reference's largest finite magnitude, the scale of the max_abs bound
+    (``bounds.bound``: rounding grows with the values rounded)."""
     r = np.asarray(ref, dtype=np.float64).reshape(-1)
     g = np.asarray(got, dtype=np.float64).reshape(-1)
     out: dict = {}
@@ -167,6 +166,8 @@ def output_drift(ref: np.ndarray, got: np.ndarray, scale: float | None = None) -
     else:
         out.update(max_abs=0.0, max_rel=0.0, mean_abs=0.0, rmse=0.0, p99_abs=0.0)
     out["snr_db"] = snr_db(r[ok], d)
+    finite_r = np.abs(r[~bad_r])
+    out["ref_max_abs"] = float(finite_r.max()) if finite_r.size else 0.0
     nr, ng = np.linalg.norm(r[ok]), np.linalg.norm(g[ok])
     if nr == 0 and ng == 0:
         out["cosine"] = 1.0
