@@ -48,7 +48,8 @@ def main() -> None:
         f"- **Corpus**: one case per op type (the first that is not a function expansion), "
         f"{conf['cases']} cases over {len(conf['ops'])} op types, regenerated from the installed onnx package's "
         "`collect_testcases()`; cases whose values are not numeric tensors (sequences, optionals, strings, "
-        "bfloat16/float8) are left out (`left_out.json` in the corpus folder).",
+        "bfloat16/float8) are left out (`left_out.json` in the corpus folder); cases stamped with a newer IR version "
+        "or opset than the reference reads are converted down to what it reads (`versions.json`).",
         "- **Two references**: each target is compared with the reference runtime (`server/ort-cpu`) as in any "
         "check, and with the case's expected outputs (the spec's), within the case's own tolerance or the "
         "target's drift thresholds. `spec-drift`: agrees with ONNX Runtime, not with the spec.",
@@ -74,6 +75,7 @@ def main() -> None:
                   "| case | op | why |", "|---|---|---|"]
         lines += [f"| `{n}` | `{o}` | {str(w).replace('|', '/')[:160]} |" for n, o, w in ref_fail]
         lines.append("")
+    lines += _converted_table(models)
     statuses = Counter(t["status"] for m in models for t in m.get("targets") or [])
     lines += ["## All target results by status", "", "| status | target results |", "|---|--:|"]
     lines += [f"| {s} | {n} |" for s, n in statuses.most_common()]
@@ -105,12 +107,45 @@ def _findings(models: list[dict], conf: dict) -> list[str]:
         out.append(f"- **WebGPU places many ops on the CPU**: `web/ort-webgpu` is `fallback` on "
                    f"{by_status('web/ort-webgpu', 'fallback')} op types (onnxruntime-web runs them on its CPU kernels, "
                    f"which the report calls a fallback); `web/ort-webgl` fails to load {by_status('web/ort-webgl', 'load-error')}.")
-    if ir:
+    out += _versions(models)
+    if ir and not any(m.get("versions") for m in models):  # an audit made before cases were converted down
         out.append(f"- **{ir} cases the reference cannot even load** are stamped with the installed onnx's newest IR "
                    "version or opset, newer than the installed ONNX Runtime reads: every other target of them is "
                    "skipped. (A case of an older opset of the same op would run; the corpus takes the one onnx generates.)")
     out.append("")
     return out
+
+
+def _versions(models: list[dict]) -> list[str]:
+    """The cases converted down to the versions the reference reads, and those that still cannot be."""
+    down = [m for m in models if (m.get("versions") or {}).get("to")]
+    still = [m for m in models if (m.get("versions") or {}).get("refused")]
+    if not down and not still:
+        return []
+    instead = sum(1 for m in down if m["versions"].get("instead_of"))
+    return [f"- **{len(down)} cases converted down** to the IR version and opset the installed ONNX Runtime reads "
+            "(onnx stamps each case with its own newest, which the reference refuses): the default-domain opset "
+            "with onnx's version converter, the IR version lowered where nothing in the case needs a newer one"
+            + (f"; for {instead} op types the first case cannot be and an older case of the op stands in" if instead else "")
+            + f". **{len(still)} still cannot be** (" + ", ".join(f"`{m['op']}`" for m in still)
+            + "; why in the table of cases converted down) and the reference refuses them: every other target of "
+            "them is skipped."]
+
+
+def _converted_table(models: list[dict]) -> list[str]:
+    """Per case converted down: from and to which versions (and the case it stands in for)."""
+    rows = [m for m in models if m.get("versions")]
+    if not rows:
+        return []
+    v = lambda d: f"IR {d['ir_version']}, opset {d['opset']}"  # noqa: E731
+    lines = ["## Cases converted down to the versions the reference reads", "",
+             "| case | op | from | to | note |", "|---|---|---|---|---|"]
+    for m in rows:
+        r = m["versions"]
+        note = (f"in place of `{r['instead_of']}`: {r['why']}" if r.get("instead_of") else r.get("refused") or "")
+        lines.append(f"| `{m['name']}` | `{m['op']}` | {v(r['from'])} | {v(r['to']) if r.get('to') else 'not converted'} "
+                     f"| {note.replace('|', '/')[:200]} |")
+    return [*lines, ""]
 
 
 if __name__ == "__main__":

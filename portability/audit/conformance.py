@@ -7,6 +7,11 @@ folder with ``model.onnx``, ``inputs.npz`` (one batch) and ``expected.npz``. Eac
 any model is (the reference runtime and every target), and every target's outputs are also compared with
 the expected ones (:func:`against_spec`): a second reference, the spec's, beside the reference runtime.
 
+A case stamped with a newer IR version or opset than the reference runtime reads is converted down to what
+it reads (``audit/versions.py``), or, with one case per op, gives way to the op's next case it reads; each
+such case's record (from and to which versions, or why it still cannot be) is in ``versions.json`` and in
+its audit result.
+
 A case whose inputs or outputs are not plain tensors (sequences, optionals, strings) cannot be fed through
 a ``.npz`` of arrays; it is left out and listed with its reason (``left_out.json``).
 """
@@ -113,37 +118,78 @@ def build(folder: Path, ops: list[str] | None = None, cases: str = "one"):
                              f"(the installed onnx {onnx.__version__} has cases for {len(known)} op types, e.g. {', '.join(known[:8])})")
     folder = Path(folder) / onnx.__version__
     folder.mkdir(parents=True, exist_ok=True)
+    from portability.audit import versions
+
+    reads = versions.limits()
     items: list[Item] = []
     left_out: dict[str, str] = {}
     for op in sorted(picked, key=str.lower):
-        chosen = 0
-        for c in picked[op]:
-            if cases == "one" and chosen:
-                break
-            why = _unfit(c)
-            if why:
-                left_out[c.name] = why
-                continue
-            if cases == "one" and ("_expanded" in c.name) and any("_expanded" not in o.name for o in picked[op]):
-                continue
-            d = folder / c.name
-            model_path = d / "model.onnx"
-            if not (model_path.is_file() and (d / "expected.npz").is_file()):
-                d.mkdir(exist_ok=True)
-                inputs, outputs = c.data_sets[0]
-                ins = [v.name for v in c.model.graph.input]
-                outs = [v.name for v in c.model.graph.output]
-                np.savez(d / "inputs.npz", **{n: _array(a) for n, a in zip(ins, inputs)})
-                np.savez(d / "expected.npz", **{n: _array(a) for n, a in zip(outs, outputs)})
-                onnx.save(c.model, str(d / ".model.onnx"))
-                (d / ".model.onnx").replace(model_path)
-            items.append(Item(model_path, {"inputs": str(d / "inputs.npz")}, expected=d / "expected.npz",
-                              name=c.name, op=op, tolerance=(float(c.rtol), float(c.atol))))
-            chosen += 1
-        if not chosen and cases == "one" and picked[op]:
-            left_out.setdefault(picked[op][0].name, "no case of this op can be fed as arrays")
+        for c, model, record in _pick(picked[op], cases, reads, left_out):
+            d = _write(folder, c, model)
+            items.append(Item(d / "model.onnx", {"inputs": str(d / "inputs.npz")}, expected=d / "expected.npz",
+                              name=c.name, op=op, tolerance=(float(c.rtol), float(c.atol)), versions=record))
     (folder / "left_out.json").write_text(json.dumps(left_out, indent=1, sort_keys=True) + "\n")
+    doc = {"reader": reads, "cases": {i.name: i.versions for i in items if i.versions}}
+    (folder / "versions.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return items, left_out
+
+
+def _pick(op_cases: list, cases: str, reads: dict | None, left_out: dict[str, str]) -> list[tuple]:
+    """``[(case, model, versions record)]`` of one op: every fit case (``all``), or the first fit one that
+    is not a function expansion (``one``). A case stamped newer than the reference reads is converted down;
+    with ``one``, a case that cannot be gives way to the op's next case that the reference reads, and is
+    kept as it is (its record says why) where no case of the op can."""
+    from portability.audit import versions
+
+    out: list[tuple] = []
+    refused = None
+    for c in op_cases:
+        why = _unfit(c)
+        if why:
+            left_out[c.name] = why
+            continue
+        if cases == "one" and ("_expanded" in c.name) and any("_expanded" not in o.name for o in op_cases):
+            continue
+        model, record = c.model, None
+        if reads is not None and versions.newer(c.model, reads):
+            try:
+                model, record = versions.lower(c.model, reads)
+            except versions.Unreadable as e:
+                record = {"from": versions.versions(c.model), "refused": str(e)}
+        if cases == "all":
+            out.append((c, model, record))
+            continue
+        if record and "refused" in record:
+            refused = refused or (c, model, record)
+            continue
+        if refused is not None:
+            record = {**(record or {}), "instead_of": refused[0].name, "why": refused[2]["refused"]}
+        return [(c, model, record)]
+    if cases == "one" and refused is not None:
+        return [refused]
+    if cases == "one" and op_cases:
+        left_out.setdefault(op_cases[0].name, "no case of this op can be fed as arrays")
+    return out
+
+
+def _write(folder: Path, case, model) -> Path:
+    """The case's folder: its inputs and expected outputs (written once), and its model (rewritten where
+    the one there differs, e.g. converted down for another reader)."""
+    d = folder / case.name
+    d.mkdir(exist_ok=True)
+    if not (d / "expected.npz").is_file():
+        inputs, outputs = case.data_sets[0]
+        ins = [v.name for v in case.model.graph.input]
+        outs = [v.name for v in case.model.graph.output]
+        np.savez(d / "inputs.npz", **{n: _array(a) for n, a in zip(ins, inputs)})
+        np.savez(d / ".expected.npz", **{n: _array(a) for n, a in zip(outs, outputs)})
+        (d / ".expected.npz").replace(d / "expected.npz")
+    data = model.SerializeToString()
+    path = d / "model.onnx"
+    if not path.is_file() or path.read_bytes() != data:
+        (d / ".model.onnx").write_bytes(data)
+        (d / ".model.onnx").replace(path)
+    return d
 
 
 def _unfit(case) -> str | None:

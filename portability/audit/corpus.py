@@ -27,6 +27,8 @@ class Item:
     name: str | None = None
     op: str | None = None
     tolerance: tuple[float, float] | None = None  # (rtol, atol) the case's own
+    #: a conformance case converted down to the versions the reference reads, or one it still cannot read
+    versions: dict | None = None
 
     def key(self, base: dict) -> str:
         """What identifies a finished result: the model's path and file digest, and the settings."""

@@ -123,11 +123,11 @@ def run_ray(pending: list, base: dict, flags: dict, mode: str, reads: tuple[str,
                 entry = ModelResult.from_dict(json.loads(ray.get(ref)))
             except ray.exceptions.RayActorError as e:  # the actor died (its node went away): this model's end
                 entry = ModelResult(str(item.path), Status.CRASHED, f"the Ray worker died: {str(e).splitlines()[0]}",
-                                    name=item.name, op=item.op)
+                                    name=item.name, op=item.op, versions=item.versions)
                 actor = actor_cls.remote(mode, reads)
                 actors.append(actor)
             except ray.exceptions.RayTaskError as e:
-                entry = ModelResult(str(item.path), Status.RUN_ERROR, name=item.name, op=item.op,
+                entry = ModelResult(str(item.path), Status.RUN_ERROR, name=item.name, op=item.op, versions=item.versions,
                                     error=f"the Ray worker failed: {str(e.cause if e.cause else e).splitlines()[0]}")
             finished(i, entry)
             if todo:

@@ -40,6 +40,8 @@ class ModelResult:
     model: dict | None = None
     reference: str | None = None
     report: dict | None = None
+    #: a conformance case's versions record (converted down, or still unreadable by the reference)
+    versions: dict | None = None
     #: read from the audit's state: an earlier run finished it
     resumed: bool = False
 
@@ -56,7 +58,7 @@ class ModelResult:
         d: dict[str, Any] = {"path": self.path, **({"name": self.name} if self.name else {}),
                              **({"op": self.op} if self.op else {}), "status": str(self.status), "error": self.error,
                              "targets": [{**t, "status": str(t["status"])} for t in self.targets]}
-        d.update({k: getattr(self, k) for k in ("model", "reference", "report") if getattr(self, k) is not None})
+        d.update({k: getattr(self, k) for k in ("model", "reference", "report", "versions") if getattr(self, k) is not None})
         return {**d, **({"resumed": True} if self.resumed else {})}
 
     @classmethod
@@ -76,7 +78,8 @@ def check_one(item: Item, base: dict, flags: dict, session=None) -> ModelResult:
     from portability.engine.pipeline import check as run_check
     from portability.report.files import to_json
 
-    head = {"path": str(item.path), "name": item.name, "op": item.op}
+    head = {"path": str(item.path), "name": item.name, "op": item.op,
+            **({"versions": item.versions} if item.versions else {})}
     kept: dict = {}
     try:
         opts = resolve(base, item.settings, flags)
