@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
+    from portability.audit.unit import ModelResult
     from portability.report.scorecard import build, conformance_markdown
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     doc = json.loads(args.audit_json.read_text())
     models = doc["models"]
-    conf = build(models)["conformance"]  # recomputed: the page follows this version's table
+    conf = build([ModelResult.from_dict(m) for m in models])["conformance"]  # recomputed: the page follows this version's table
     versions = sorted({t.get("runtime") for m in models for t in m.get("targets") or [] if t.get("runtime")})
     ref_fail = [(m["name"], m["op"], next((t.get("error") or t["status"] for t in m["targets"] if t["id"] == m.get("reference")), m.get("error")))
                 for m in models if m["status"] == "error" or any(t["id"] == m.get("reference") and t["status"] != "pass" for t in m.get("targets") or [])]
@@ -126,7 +127,7 @@ def _versions(models: list[dict]) -> list[str]:
     return [f"- **{len(down)} cases converted down** to the IR version and opset the installed ONNX Runtime reads "
             "(onnx stamps each case with its own newest, which the reference refuses): the default-domain opset "
             "with onnx's version converter, the IR version lowered where nothing in the case needs a newer one"
-            + (f"; for {instead} op types the first case cannot be and an older case of the op stands in" if instead else "")
+            + (f"; for {instead} op types the first case cannot be and another case of the op stands in" if instead else "")
             + f". **{len(still)} still cannot be** (" + ", ".join(f"`{m['op']}`" for m in still)
             + "; why in the table of cases converted down) and the reference refuses them: every other target of "
             "them is skipped."]

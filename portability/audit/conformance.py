@@ -8,7 +8,7 @@ any model is (the reference runtime and every target), and every target's output
 the expected ones (:func:`against_spec`): a second reference, the spec's, beside the reference runtime.
 
 A case stamped with a newer IR version or opset than the reference runtime reads is converted down to what
-it reads (``audit/versions.py``), or, with one case per op, gives way to the op's next case it reads; each
+it reads (``audit/versions.py``), or, with one case per op, gives way to the op's next case that can be; each
 such case's record (from and to which versions, or why it still cannot be) is in ``versions.json`` and in
 its audit result.
 

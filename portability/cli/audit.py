@@ -85,6 +85,11 @@ def _corpus(err, spec: Path | None, onnx_conformance: bool, ops: str | None, cas
     err.print(f"audit: {len(found)} conformance cases over {len({i.op for i in found})} op types"
               + (f" ({len(left_out)} cases left out: their values are not numeric tensors)" if left_out else ""),
               highlight=False)
+    down = sum(1 for i in found if i.versions and "to" in i.versions)
+    still = [i.name for i in found if i.versions and "refused" in i.versions]
+    if down or still:
+        err.print(f"audit: {down} cases converted down to the IR version and opset the reference reads"
+                  + (f"; {len(still)} it still cannot read ({', '.join(still)})" if still else ""), highlight=False)
     return found, {}, Path.cwd()
 
 
