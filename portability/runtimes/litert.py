@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,19 @@ def quant_details(io: IoMap) -> dict[str, Any]:
     if outq:
         d["output_quant"] = outq
     return d
+
+
+def custom_ops(path) -> list[str]:
+    """The custom op codes a ``.tflite`` file's operators use (``FlexErf``: a TensorFlow op), read from its
+    flatbuffer without loading it; [] for a file that cannot be read (its runtime then says why)."""
+    try:
+        from ai_edge_litert import schema_py_generated as fb
+
+        model = fb.Model.GetRootAs(Path(path).read_bytes(), 0)
+        codes = {model.OperatorCodes(i).CustomCode() for i in range(model.OperatorCodesLength())}
+    except Exception:  # noqa: BLE001 - a truncated or foreign file: not ours to judge here
+        return []
+    return sorted(c.decode("utf-8", "replace") for c in codes if c)
 
 
 def litert_error(e: Exception, cls=LoadError):

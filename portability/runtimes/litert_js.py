@@ -45,8 +45,14 @@ class LiteRtJs(WebRuntime):
         return cls.requested(options) == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
-        from portability.runtimes.litert import tflite_io
+        from portability.runtimes.litert import custom_ops, tflite_io
         from portability.web.paths import package_version
+
+        flex = [op for op in custom_ops(artifact.path) if op.startswith("Flex")]
+        if flex:  # LiteRT.js has no Flex delegate, and runs an unresolved op without a word: garbage, not drift
+            raise LoadError(f"{flex[0]} is a TensorFlow (Flex) op that LiteRT.js cannot run (it has no Flex delegate, and "
+                            f"would run the model with the op unresolved, giving garbage); Flex ops in the file: "
+                            f"{', '.join(flex)}", op=flex[0])
 
         self._io = tflite_io(artifact)
         self._onnx_dtypes = output_dtypes(artifact)
