@@ -104,3 +104,68 @@ def test_npz_claiming_huge_arrays_is_refused_from_its_header(tmp_path):
         z.writestr("x.npy", b.getvalue() + bytes(16))
     p = run_cli("check", str(FIXTURES / "two_outputs.onnx"), "--inputs", str(tmp_path / "huge.npz"))
     assert p.returncode == 2 and "GiB" in p.stderr and "Traceback" not in p.stderr
+
+
+def _transformer_like(path, via="Cast"):
+    """input_ids reach a 50-row embedding through ``via`` (not directly); attention_mask and token_type_ids
+    are added in as floats."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])
+    types = helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["batch", "seq"])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])
+    emb = numpy_helper.from_array(np.random.default_rng(0).random((50, 4), dtype=np.float32), "emb")
+    shape = numpy_helper.from_array(np.array([0, -1], np.int64), "shape")
+    first = (helper.make_node("Cast", ["input_ids"], ["ids2"], to=TensorProto.INT32) if via == "Cast"
+             else helper.make_node("Reshape", ["input_ids", "shape"], ["ids2"]))
+    nodes = [first, helper.make_node("Gather", ["emb", "ids2"], ["e"]),
+             helper.make_node("Add", ["attention_mask", "token_type_ids"], ["s"]),
+             helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["sf", "axes"], ["su"]),
+             helper.make_node("Add", ["e", "su"], ["y"])]
+    axes = numpy_helper.from_array(np.array([2], np.int64), "axes")
+    graph = helper.make_graph(nodes, "t", [ids, mask, types], [out], [emb, shape, axes])
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx_model.ir_version = 8
+    import onnx
+
+    onnx.save(onnx_model, path)
+    return path
+
+
+@pytest.mark.parametrize("via", ["Cast", "Reshape"])
+def test_index_bounds_follow_casts_and_reshapes(tmp_path, via):
+    m = load_model(_transformer_like(tmp_path / "t.onnx", via))
+    assert m.index_bounds == {"input_ids": 50}
+
+
+def test_roles_from_names_fit_the_inputs(tmp_path):
+    from portability.core.model import ModelInfo, TensorSpec
+
+    m = load_model(_transformer_like(tmp_path / "t.onnx"))
+    feeds = inp.synthesize(m, {n: (2, 8) for n in ("input_ids", "attention_mask", "token_type_ids")}, 3, seed=0)
+    mask, types, ids = (feeds.arrays[n] for n in ("attention_mask", "token_type_ids", "input_ids"))
+    assert mask.dtype == types.dtype == ids.dtype == np.int64
+    rows = mask.reshape(6, 8)
+    assert set(np.unique(mask)) == {0, 1} and rows[0::2].all() and (rows[1::2, :6] == 1).all() and not rows[1::2, 6:].any()
+    assert (types[..., :4] == 0).all() and (types[..., 4:] == 1).all()
+    assert ids.min() >= 0 and ids.max() < 50 and ids.max() >= 10
+    assert any("'attention_mask' read as an attention mask" in w and "--inputs" in w for w in feeds.warnings)
+    spec = (TensorSpec("position_ids", "int32", ("batch", "seq")), TensorSpec("input_values", "float32", ("batch", "samples")),
+            TensorSpec("audio", "float32", ("batch", "samples")))
+    m2 = ModelInfo(path=tmp_path, sha256="", size_bytes=0, opset=None, producer="", inputs=spec, outputs=())
+    shapes, warnings = inp.resolve_shapes(m2, {"position_ids": (1, 5)})
+    assert shapes["input_values"] == (1, 16000) and any("16000 Hz" in w for w in warnings)
+    pos = inp.synthesize(m2, shapes, 2, seed=0).arrays["position_ids"]
+    assert pos.dtype == np.int32 and (pos == np.arange(5)).all()
+    import dataclasses
+
+    assert inp.resolve_shapes(dataclasses.replace(m2, sample_rate=8000), {})[0]["audio"] == (1, 8000)
+
+
+def test_transformer_like_model_checks_with_roles_noted(tmp_path):
+    r = check_json(tmp_path, _transformer_like(tmp_path / "t.onnx", "Reshape"), "-t", "server/ort-cpu-noopt", "--runs", "2")
+    assert all(t["status"] in ("pass", "skipped") for t in r["targets"]), r["targets"]
+    for name, role in (("input_ids", "token ids"), ("attention_mask", "an attention mask"), ("token_type_ids", "token type ids")):
+        assert any(f"'{name}' read as {role}" in n for n in r["notes"]), r["notes"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from portability.core.errors import BadInput, UsageError
+from portability.core import roles
 from portability.core.model import ModelInfo, TensorSpec
 from portability.core.status import Status
 
@@ -123,11 +124,13 @@ def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple
                     named[d] = v
                 dims.append(v)
             else:
-                v = DEFAULT_BATCH if axis == 0 else DEFAULT_OTHER_DIM
+                audio = roles.audio_length(roles.role_of(spec.name), model.sample_rate) if axis == len(spec.shape) - 1 > 0 else None
+                v = audio[0] if audio else DEFAULT_BATCH if axis == 0 else DEFAULT_OTHER_DIM
                 if isinstance(d, str):
                     named[d] = v
                 dims.append(v)
-                warnings.append(f"input '{spec.name}' axis {axis} ('{d or '?'}') is dynamic: using {v} (set it with --shape {spec.name}=...)")
+                why = f"{audio[1]}; " if audio else ""
+                warnings.append(f"input '{spec.name}' axis {axis} ('{d or '?'}') is dynamic: using {v} ({why}set it with --shape {spec.name}=...)")
         shapes[spec.name] = tuple(dims)
     return shapes, warnings
 
@@ -135,15 +138,21 @@ def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple
 def synthesize(model: ModelInfo, shapes: dict[str, tuple[int, ...]], batches: int, seed: int,
                value_range: tuple[float, float] = (0.0, 1.0)) -> Feeds:
     """Seeded random inputs: floats uniform in ``value_range``; integers inside the range of the table
-    they index (when the graph shows one) else [0, 10); bools 50/50."""
+    they index (when the graph shows one) else [0, 10); bools 50/50. An input whose name says its role
+    (``roles.ROLES``: an attention mask, token type ids, position ids, token ids) gets values that fit it,
+    each role taken said in the warnings."""
     rng = np.random.default_rng(seed)
     arrays = {}
+    notes: list[str] = []
     for spec in model.inputs:
         shape = (batches,) + shapes[spec.name]
         dt = _np_dtype(spec)
-        if dt.kind == "f":
+        if dt.kind == "f" and roles.role_of(spec.name) != "attention mask":
             lo, hi = value_range
             arrays[spec.name] = rng.uniform(lo, hi, shape).astype(dt)
+        elif (made := roles.fill(roles.role_of(spec.name) or "", shape, dt, rng, model.index_bounds.get(spec.name), spec.name)):
+            arrays[spec.name] = made[0]
+            notes.append(made[1])
         elif dt.kind in "iu":
             hi = model.index_bounds.get(spec.name, 10)
             arrays[spec.name] = rng.integers(0, max(hi, 1), shape).astype(dt)
@@ -151,7 +160,7 @@ def synthesize(model: ModelInfo, shapes: dict[str, tuple[int, ...]], batches: in
             arrays[spec.name] = rng.random(shape) < 0.5
         else:
             raise BadInput(f"cannot synthesize input '{spec.name}' of dtype {spec.dtype}: give --inputs")
-    return Feeds(arrays, "synthesized", seed=seed)
+    return Feeds(arrays, "synthesized", seed=seed, warnings=notes)
 
 
 def _np_dtype(spec: TensorSpec) -> np.dtype:

@@ -54,6 +54,8 @@ class ModelInfo:
     #: (height, width) the model's metadata gives for its images, and the key that gave it (``image_size``)
     image_size: tuple[int, int] | None = None
     image_size_from: str | None = None
+    #: the audio sampling rate (Hz) the model's metadata gives (``sampling_rate``), else None
+    sample_rate: int | None = None
 
     def artifact(self) -> Artifact:
         return Artifact(path=self.path, format=self.format, sha256=self.sha256)
@@ -72,7 +74,7 @@ class ModelInfo:
                    format=d.get("format", "onnx"), framework=d.get("framework"),
                    quantized_ops=tuple(d.get("quantized_ops") or ()),
                    image_size=tuple(d["image_size"]) if d.get("image_size") else None,
-                   image_size_from=d.get("image_size_from"))
+                   image_size_from=d.get("image_size_from"), sample_rate=d.get("sample_rate"))
 
     def to_dict(self) -> dict:
         """The report's ``model`` section. ``format`` and ``framework`` are added for sources other than
@@ -177,17 +179,25 @@ def _spec(value_info) -> TensorSpec:
     return TensorSpec(value_info.name, dtype, tuple(dims))
 
 
+#: ops that pass an input's values on unchanged (their dtype or layout aside) on its way to a lookup
+_PASS_THROUGH = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Flatten"})
+
+
 def _index_bounds(model, input_names: set[str]) -> dict[str, int]:
-    """Integer inputs that index a table (Gather's indices into an initializer): their valid range."""
+    """Integer inputs that index a table (Gather's indices into an initializer, read directly or through
+    ``_PASS_THROUGH`` ops): their valid range."""
     inits = {i.name: i for i in model.graph.initializer}
+    origin = {n: n for n in input_names}  # tensor -> the input its values are
     bounds: dict[str, int] = {}
     for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) >= 2 and node.input[1] in input_names and node.input[0] in inits:
+        if node.op_type in _PASS_THROUGH and node.input and node.input[0] in origin and node.output:
+            origin[node.output[0]] = origin[node.input[0]]
+        if node.op_type == "Gather" and len(node.input) >= 2 and node.input[1] in origin and node.input[0] in inits:
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             dims = list(inits[node.input[0]].dims)
             if dims:
-                n = dims[axis if axis >= 0 else axis + len(dims)]
-                bounds[node.input[1]] = min(bounds.get(node.input[1], n), n)
+                n, name = dims[axis if axis >= 0 else axis + len(dims)], origin[node.input[1]]
+                bounds[name] = min(bounds.get(name, n), n)
     return bounds
 
 
@@ -261,6 +271,7 @@ def _load_model(path: str | os.PathLike) -> ModelInfo:
         index_bounds=_index_bounds(model, {i.name for i in inputs}),
         quantized_ops=quantized_ops(model.graph),
         **dict(zip(("image_size", "image_size_from"), image_size(model))),
+        sample_rate=sample_rate(model),
     )
 
 
@@ -308,6 +319,13 @@ def image_size(model) -> tuple[tuple[int, int] | None, str | None]:
     return None, None
 
 
+def sample_rate(model) -> int | None:
+    """The audio sampling rate (Hz) an exporter recorded in the model's metadata, else None."""
+    props = {p.key.lower(): p.value.strip() for p in model.metadata_props}
+    rate = next((props[k] for k in ("sampling_rate", "sample_rate") if props.get(k, "").isdigit()), None)
+    return int(rate) if rate and 1000 <= int(rate) <= 384000 else None
+
+
 def quantization(ops: tuple[str, ...]) -> str | None:
     """``static``, ``dynamic`` or None: how a model carrying ``ops`` was quantized (static wins)."""
     if set(ops) & QUANTIZED_OPS["static"]:
@@ -345,6 +363,6 @@ if __name__ == "__main__":
     try:
         info = load_model(sys.argv[1])
         print(json.dumps(dict(info.to_dict(), index_bounds=info.index_bounds, image_size=info.image_size,
-                              image_size_from=info.image_size_from)))
+                              image_size_from=info.image_size_from, sample_rate=info.sample_rate)))
     except BadModel as e:
         print(json.dumps({"error": str(e)}))
