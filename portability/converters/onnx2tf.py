@@ -26,6 +26,7 @@ import numpy as np
 
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.base import ConvertContext, Converter, package_version, require, run_tool
+from portability.converters.calibration import batch_of, calibration_batches, converter_error_lines
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_savedmodel, describe_tflite, layout_notes
 from portability.core.artifact import Artifact
@@ -266,15 +267,15 @@ def _calibration(ctx: ConvertContext, io: dict, sig: dict) -> tuple[list[dict[st
         rng = np.random.default_rng(0)
         cal = {t["name"]: rng.random([8] + [d or 1 for d in t["shape"][1:]]).astype(t["dtype"]) for t in sig["inputs"]}
         source = "synthesized by the converter (uniform [0, 1) noise, seed 0)"
-    n = min(min(len(a) for a in cal.values()), _CAL_MAX_SAMPLES)
+    calls, n = calibration_batches(cal, batch_of(sig["inputs"]), _CAL_MAX_SAMPLES)
     samples = []
-    for i in range(n):
+    for c in calls:
         s = {}
         for e in IoMap.from_dict(io).inputs:
-            x = np.asarray(cal[e.onnx][i:i + 1])
+            x = np.asarray(c[e.onnx])
             s[e.onnx] = x.transpose(e.perm) if e.perm else x.reshape(e.shape)
         samples.append(s)
-    return samples, f"{source} ({n} samples)"
+    return samples, f"{source} ({n} samples" + (f" in {len(calls)} batches of {n // len(calls)})" if n != len(calls) else ")")
 
 
 def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarray]] | None, io: dict) -> bytes:
@@ -301,8 +302,7 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
     try:
         return conv.convert()
     except Exception as e:
-        lines = [ln for ln in str(e).splitlines() if ln.strip() and "tensorflow/" not in ln][:6]
-        raise ConvertError(f"TFLite converter ({quant}) failed: " + " | ".join(lines or [type(e).__name__])) from None
+        raise ConvertError(f"TFLite converter ({quant}) failed: " + " | ".join(converter_error_lines(e))) from None
 
 
 def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) -> Artifact:

@@ -23,12 +23,15 @@ from typing import Any
 import numpy as np
 
 from portability.converters.base import ConvertContext, Converter, package_version
+from portability.converters.calibration import batch_of, calibration_batches
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
+from portability.core.model import read_signature
 
 _INTEGER_OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM",
                 "QAttention", "QGemm", "QuantizeLinear", "DequantizeLinear")
 _CAL_MAX_SAMPLES = 64
+_MSG_MAX = 1200
 
 
 def _plain_copy(src: Path, work: Path):
@@ -43,8 +46,14 @@ def _plain_copy(src: Path, work: Path):
 
 
 def _failed(what: str, e: Exception) -> ConvertError:
-    msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return ConvertError(f"ONNX Runtime's {what} failed: {msg[:400]}")
+    """The error's whole message (every non-empty line, joined), bounded in length."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    msg = " | ".join(lines) or type(e).__name__
+    return ConvertError(f"ONNX Runtime's {what} failed: " + (msg if len(msg) <= _MSG_MAX else msg[:_MSG_MAX - 3] + "..."))
+
+
+def _counted(n: int, calls: int) -> str:
+    return f"{n} samples" + (f" in {calls} batches of {n // calls}" if calls and n != calls else "")
 
 
 def _described(out: Path, meta: dict) -> Artifact:
@@ -110,19 +119,19 @@ class QdqInt8FromOnnx(_OrtQuant):
             cal = {t["name"]: rng.random([8] + [d if isinstance(d, int) and d > 0 else 1 for d in t["shape"][1:]]).astype(t["dtype"])
                    for t in sig}
             source = "synthesized by the converter (uniform [0, 1) noise, seed 0)"
-        n = min([len(a) for a in cal.values()] + [_CAL_MAX_SAMPLES])
-
-        class Reader(CalibrationDataReader):
-            def __init__(self):
-                self._it = iter([{k: np.asarray(v[i:i + 1]) for k, v in cal.items()} for i in range(n)])
-
-            def get_next(self):
-                return next(self._it, None)
-
         out = out_dir / "model.onnx"
         with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
             work = Path(tmp) / "model.onnx"
             _plain_copy(src.path, work)
+            calls, n = calibration_batches(cal, batch_of(read_signature(work)["inputs"]), _CAL_MAX_SAMPLES)
+
+            class Reader(CalibrationDataReader):
+                def __init__(self):
+                    self._it = iter(calls)
+
+                def get_next(self):
+                    return next(self._it, None)
+
             try:
                 quantize_static(work, out, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                                 weight_type=QuantType.QInt8,
@@ -130,7 +139,7 @@ class QdqInt8FromOnnx(_OrtQuant):
             except Exception as e:  # noqa: BLE001
                 raise _failed("static QDQ quantization", e) from None
         return _described(out, {"quantization": "static int8, QDQ format (onnxruntime.quantization, MinMax)",
-                                "calibration": f"{source} ({n} samples)"})
+                                "calibration": f"{source} ({_counted(n, len(calls))})"})
 
 
 class Fp16FromOnnx(_OrtQuant):
