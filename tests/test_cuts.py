@@ -83,3 +83,21 @@ def test_an_ir3_model_is_localized_on_a_server_target(tmp_path):
     doc = json.loads((tmp_path / "loc.json").read_text())
     assert doc["first_divergence"]["node"] == "conv2" and doc["first_divergence"]["op_at_fault"]
     assert not doc["curve"][0]["diverges"] and doc["reproducer"]["reproduces"]
+
+
+def test_weights_made_by_constant_nodes_are_no_cut_points(tmp_path):
+    """The old zoo's light models make their weights with ``ConstantOfShape`` from shape initializers: a cut
+    there has nothing to feed and nothing a runtime could get wrong, so bisection cuts only where the input
+    reaches."""
+    shape = numpy_helper.from_array(np.array([4, 3, 3, 3], np.int64), "w_shape")
+    nodes = [helper.make_node("ConstantOfShape", ["w_shape"], ["w"], value=numpy_helper.from_array(np.array([0.1], np.float32))),
+             helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+           helper.make_tensor_value_info("w_shape", TensorProto.INT64, [4])]
+    g = helper.make_graph(nodes, "light", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [shape])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=3)
+    onnx.save(m, str(tmp_path / "light.onnx"))
+    graph = Graph(tmp_path / "light.onnx")
+    assert graph.floats(0) == ["w"]  # a float tensor of known rank: it was a cut point before
+    assert graph.cut_points() == [1, 2]

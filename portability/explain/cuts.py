@@ -68,7 +68,15 @@ class Graph:
         return t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
 
     def cut_points(self) -> list[int]:
-        return [i for i in range(len(self.nodes)) if self.floats(i)]
+        """The nodes a bisection may cut after: those with a float output that the graph's inputs reach (a
+        subgraph of constants — an old model's weights made by ``ConstantOfShape`` — is no place to cut: its
+        cut has nothing to feed, and it is the same on every runtime that can read it)."""
+        live = set(self.inputs)
+        for n in self.nodes:  # ONNX graphs are in topological order
+            reads = [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
+            if any(x in live for x in reads):
+                live.update(o for o in n.output if o)
+        return [i for i in range(len(self.nodes)) if any(o in live for o in self.floats(i))]
 
     def frontier(self, k: int) -> list[str]:
         """Float tensors made by nodes ``<= k`` that a later node (or the graph's output) reads."""
