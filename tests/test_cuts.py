@@ -101,3 +101,5 @@ def test_weights_made_by_constant_nodes_are_no_cut_points(tmp_path):
     graph = Graph(tmp_path / "light.onnx")
     assert graph.floats(0) == ["w"]  # a float tensor of known rank: it was a cut point before
     assert graph.cut_points() == [1, 2]
+    # nor a cut's output: a converter folds the constant away, and the cut would lose that output
+    assert graph.frontier(1) == ["c"]

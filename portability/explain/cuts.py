@@ -35,6 +35,14 @@ class Graph:
                 self.consumers.setdefault(t, []).append(i)
         for o in g.output:
             self.consumers.setdefault(o.name, []).append(len(self.nodes))
+        #: the tensors the graph's inputs reach. A subgraph of constants (an old model's weights made by
+        #: ``ConstantOfShape``) is no place to cut and no cut's output: such a cut has nothing to feed,
+        #: converters fold constants away (the cut would lose those outputs), and they are alike everywhere
+        self.live = set(self.inputs)
+        for n in self.nodes:  # ONNX graphs are in topological order
+            if any(x in self.live for x in [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH
+                                                                      for x in _outer(a.g)]):
+                self.live.update(o for o in n.output if o)
 
     def _fill_ranks(self) -> None:
         """The ranks ONNX's shape inference leaves unknown (a Reshape to a computed shape, a Squeeze of computed
@@ -68,19 +76,13 @@ class Graph:
         return t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
 
     def cut_points(self) -> list[int]:
-        """The nodes a bisection may cut after: those with a float output that the graph's inputs reach (a
-        subgraph of constants — an old model's weights made by ``ConstantOfShape`` — is no place to cut: its
-        cut has nothing to feed, and it is the same on every runtime that can read it)."""
-        live = set(self.inputs)
-        for n in self.nodes:  # ONNX graphs are in topological order
-            reads = [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH for x in _outer(a.g)]
-            if any(x in live for x in reads):
-                live.update(o for o in n.output if o)
-        return [i for i in range(len(self.nodes)) if any(o in live for o in self.floats(i))]
+        """The nodes a bisection may cut after: those with a float output that the graph's inputs reach."""
+        return [i for i in range(len(self.nodes)) if any(o in self.live for o in self.floats(i))]
 
     def frontier(self, k: int) -> list[str]:
-        """Float tensors made by nodes ``<= k`` that a later node (or the graph's output) reads."""
-        return [o for i in range(k + 1) for o in self.floats(i) if any(c > k for c in self.consumers.get(o, ()))]
+        """Float tensors made by nodes ``<= k`` from the inputs that a later node (or the graph's output) reads."""
+        return [o for i in range(k + 1) for o in self.floats(i)
+                if o in self.live and any(c > k for c in self.consumers.get(o, ()))]
 
     def depends_on_input(self, name: str) -> bool:
         seen, todo = set(), [name]

@@ -53,7 +53,7 @@ class Probe:
 
     @property
     def bad(self) -> bool:
-        return self.status in _ERRORS or any(t["diverges"] for t in self.tensors.values())
+        return any(t["diverges"] for t in self.tensors.values())
 
     @property
     def constant(self) -> bool:
@@ -138,6 +138,8 @@ class Localizer:
                      f"({self.g.nodes[points[mid]].op_type} '{self.g.nodes[points[mid]].name}')")
             p = self.probe(points[mid], self.g.frontier(points[mid]), f"cut{points[mid]}")
             seen[mid] = p
+            if mode != "error" and p.status in _ERRORS:  # a cut that fails is no divergence: nothing to go on
+                return None, p, [seen[k] for k in sorted(seen)]
             bad = failing(p, mode)
             lo, hi = (lo, mid) if bad else (mid, hi)
         first = seen.get(hi) or self.probe(points[hi], self.g.frontier(points[hi]), f"cut{points[hi]}")
@@ -252,6 +254,13 @@ def _localize(model_path: Path, target: str, runtime: str, base, out_dir: Path, 
         const = next((p for p in curve if p.constant), None)
         if const is not None:
             doc["first_constant"] = g.describe(const.index)
+        if first is not None and mode != "error" and first.status in _ERRORS:
+            node = g.nodes[first.index]
+            doc["why"] = (f"the cut after node {first.index} ({node.op_type} '{node.name}') fails on {target} itself "
+                          f"({first.status}: {' '.join((first.error or '').split())[:240]}): a cut that fails is no "
+                          "divergence, so the bisection cannot tell where the outputs diverge")
+            doc["conversions"] = loc.conversions
+            return doc
         if first is None or not failing(first, mode):
             doc["why"] = "no node's output diverges by itself (the model's outputs do: see the curve)"
             doc["conversions"] = loc.conversions
