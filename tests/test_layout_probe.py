@@ -52,6 +52,15 @@ def test_a_wrong_file_settles_nothing_and_says_so():
     assert "documented layout" in note
 
 
+def test_an_output_reading_of_another_shape_is_no_candidate():
+    """A square feature map with another channel count ([1, 40, 40, 32] in the file, [1, 32, 40, 40] in ONNX):
+    reading it back unpermuted gives another shape, which is no candidate, never an error of the probe."""
+    _, w, io, cands = _case()
+    x = np.random.default_rng(1).random((1, 3, 6, 6)).astype(np.float32)
+    settle(lambda xs: [xs[0] * w.transpose(0, 2, 3, 1)], io, cands, [[(0, 1, 2, 3), tuple(NHWC)]], {"x": x}, [x * w])
+    assert io["resolved_by"] == "probe" and io["outputs"][0]["to_onnx"] == [0, 3, 1, 2]
+
+
 def _corrupt_weights(tflite, w: np.ndarray) -> None:
     """Overwrite the Conv's weight buffer in a .tflite file (found by its bytes, in the layouts TFLite uses)."""
     data = bytearray(tflite.read_bytes())

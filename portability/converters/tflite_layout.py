@@ -178,6 +178,16 @@ def _probe(it, io: dict, cands_in: list, cands_out: list, onnx_sig: dict, onnx_p
 PROBE_RTOL = 1e-2
 
 
+def _probe_error(y: np.ndarray, perm, ref) -> float:
+    """How far a file's output, read back through ``perm``, is from ONNX Runtime's (inf where that reading
+    does not even give the reference's shape: no candidate)."""
+    if not y.size:
+        return 0.0
+    back = y.transpose(np.argsort(perm))
+    r = np.asarray(ref, np.float64)
+    return float(np.max(np.abs(back - r))) if back.shape == r.shape else float("inf")
+
+
 def settle(run, io: dict, cands_in: list, cands_out: list, feeds: dict[str, np.ndarray], ref: list[np.ndarray]) -> None:
     """Settle ambiguous layouts with a probe: ``run`` (file-layout inputs -> outputs in ``io`` order) on
     ``feeds`` against ONNX Runtime's ``ref``. A candidate that reproduces ``ref`` wins (of several that do
@@ -195,7 +205,7 @@ def settle(run, io: dict, cands_in: list, cands_out: list, feeds: dict[str, np.n
         err, outs = 0.0, []
         for y, c, r in zip(ys, cands_out, ref):
             y = np.asarray(y, np.float64)
-            errs = [(float(np.max(np.abs(y.transpose(np.argsort(p)) - r))) if y.size else 0.0, p) for p in c] or [(0.0, None)]
+            errs = [(_probe_error(y, p, r), p) for p in c] or [(0.0, None)]
             e_best = min(errs, key=lambda t: t[0])
             err = max(err, e_best[0])
             outs.append(e_best[1])
