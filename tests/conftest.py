@@ -32,6 +32,30 @@ MXNET_VENV = _mxnet_venv()
 TOOLS_DIR = str(tools_root())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _resident_session(tmp_path_factory):
+    """One resident session (its browsers and ARM64 emulator, ``portability.resident``) for the whole test
+    session: every check the tests run leases from it, and it stops when the tests end. Started here, with the
+    session's own environment, so no test's temporary settings become its own."""
+    from portability.resident import client
+
+    sock = tmp_path_factory.getbasetemp() / "serve.sock"
+    os.environ[client.SOCKET_ENV] = str(sock)
+    if client.mode() == "auto":
+        client.start(sock, idle_s=3600)
+    yield sock
+    try:
+        client.request("stop", sock)
+    except client.Unreachable:
+        pass
+
+
+@pytest.fixture
+def own_services(monkeypatch):
+    """The check starts and stops its own services (browsers, emulator), as without a resident session."""
+    monkeypatch.setenv("PORTABILITY_RESIDENT", "off")
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     """Each test session gets its own artifact cache, so tests never depend on the user's (MXNet's

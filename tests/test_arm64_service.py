@@ -25,7 +25,8 @@ _OK, _WHY = arm64.status()
 _MISSING = [m for m in ("onnx2tf", "tensorflow", "ai_edge_litert") if importlib.util.find_spec(m) is None]
 needs_emulator = pytest.mark.skipif(not _OK, reason=f"{_WHY} (run: {arm64.SETUP_HINT})")
 needs_mobile = pytest.mark.skipif(bool(_MISSING), reason=f"mobile stack not installed: {', '.join(_MISSING)}")
-pytestmark = [pytest.mark.arm64]
+#: these tests are about the services a check starts, shares and stops itself
+pytestmark = [pytest.mark.arm64, pytest.mark.usefixtures("own_services")]
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,9 @@ import pytest
 
 from conftest import FIXTURES, ROOT, by_id, check_json
 
+#: these tests are about the services a check starts, shares and stops itself
+pytestmark = [pytest.mark.usefixtures("own_services")]
+
 TEST_TARGETS = {"PORTABILITY_PLUGINS": "doubles"}
 
 

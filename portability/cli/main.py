@@ -16,6 +16,7 @@ from portability.cli import check as check_cmd
 from portability.cli import fix as fix_cmd
 from portability.cli import history as history_cmd
 from portability.cli import localize as localize_cmd
+from portability.cli import serve as serve_cmd
 from portability.cli import setup as setup_cmd
 from portability.cli import audit as audit_cmd
 from portability.cli import study as study_cmd
@@ -40,6 +41,7 @@ app.command("study")(study_cmd.study)
 app.command("audit")(audit_cmd.audit)
 app.command("localize")(localize_cmd.localize)
 app.command("fix")(fix_cmd.fix)
+app.command("serve")(serve_cmd.serve)
 app.add_typer(setup_cmd.app, name="setup")
 
 

@@ -61,7 +61,7 @@ class Runner:
         self.gate = TimingGate(opts.jobs)
         self.readable = confine.readable(model.path, workdir, opts.cache_dir)
         #: a session's services (``engine/session.py``: several checks share them), else the check's own
-        self.services = services or Services(confine.shared(opts.sandbox, self.readable))
+        self.services = services or Services(confine.shared(opts.sandbox, self.readable), opts.resident)
         self._own_services = services is None
         #: targets without a converter route (id -> why)
         self.no_route: dict[str, str] = chosen.no_route
@@ -98,11 +98,17 @@ class Runner:
                 self.gate.blocked(target.id, False, take_slot=True)
         return ({name: endpoint} if endpoint else {}), lease
 
-    def _release(self, lease, wr: WorkerResult) -> None:
+    def _release(self, lease, wr: WorkerResult) -> WorkerResult:
         """A target that hung, crashed or lost its page may leave the service unwell: later targets get a
-        fresh one, and this one stops when no running target uses it."""
+        fresh one, and this one stops when no running target uses it. A target whose service went away with
+        the resident session says so."""
         unwell = wr.status in DIED or "crash" in (wr.error or "")
         self.services.release(lease, unwell=unwell)
+        pid = self.services.lost(lease)
+        if pid is not None and wr.status != Status.PASS:
+            wr = replace(wr, error=f"the resident session (pid {pid}) stopped while this target ran, and the "
+                                   f"service it leased with it: {wr.error or wr.status}")
+        return wr
 
     def prestart(self, targets: list[Target]) -> None:
         """The shared services the available ones of these targets use start now, beside the reference run."""
@@ -128,7 +134,7 @@ class Runner:
 
     def notes(self, results: list[TargetResult]) -> list[str]:
         """The check's notes: the inputs' warnings, then what the results say of the model as a whole."""
-        return (list(self.feeds.warnings) + self.judge.quantized_note() + self.synthesized_failed[:1]
+        return (list(self.feeds.warnings) + list(self.services.notes) + self.judge.quantized_note() + self.synthesized_failed[:1]
                 + self.judge.odd_one_out(results, self.targets) + verdict.delegate_ab(results, self.targets))
 
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
@@ -189,7 +195,7 @@ class Runner:
                 services, lease = self._lease(target)
                 wr = run_worker(self.job(target, services, wdir), wdir, self.limits(target),
                                 lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)
-                self._release(lease, wr)
+                wr = self._release(lease, wr)
             finally:
                 self.gate.finished(target.id)  # whatever happened, it no longer holds the others' timing
             res = self.judge.evaluate(target, wr, wdir)

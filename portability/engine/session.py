@@ -3,7 +3,7 @@
 
 ``check(..., session=s)`` uses the session's services instead of its own and leaves the pool running. The
 services' sandbox reads every folder the session's models live in (``reads``), since one emulator serves
-them all.
+them all. With the resident session (the default) the services are its own, kept beyond this session.
 """
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from portability.workers import Services
 
 
 class Session:
-    def __init__(self, mode: str = "auto", reads: tuple[str, ...] = ()):
+    def __init__(self, mode: str = "auto", reads: tuple[str, ...] = (), resident: str | None = None):
         from portability.core.sandbox import Sandbox
 
         self.reads = tuple(reads)
-        self.services = Services(Sandbox(mode=mode, read=self.reads).to_dict())
+        #: ``resident``: "auto" leases the services from the resident session (``portability.resident``),
+        #: "off" starts them for this session; None: ``$PORTABILITY_RESIDENT``
+        self.services = Services(Sandbox(mode=mode, read=self.reads).to_dict(), resident)
 
     def readable(self, own: tuple[str, ...]) -> None:
         """Add a check's readable folders to what the session's services may read (before they start)."""

@@ -1,5 +1,6 @@
 """Latency summary from the per-run milliseconds a worker measured around the runtime call, the ratio to
-the reference's p50, and the timing plan (runs within a time budget)."""
+the reference's p50, the timing plan (runs within a time budget), and when chunked timing may stop (the
+median is stable)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -124,6 +125,60 @@ def timing_plan(per_run_ms: float, warmup: int, runs: int, budget_s: float | Non
     return TimingPlan(w, r, asked=runs, budget_s=budget_s, per_run_ms=per_run_ms)
 
 
+#: the runs of the first timing chunk (or a target's ``min_runs``, if more); each later chunk doubles the
+#: runs taken, until the median is stable, the runs are all taken, or the time budget is spent
+FIRST_CHUNK = 10
+#: the median is stable when the half-width of its ~95% confidence interval is at most this fraction of it
+STABLE_HALF_WIDTH = 0.05
+#: the fewest runs whose median may be called stable
+MIN_STABLE_RUNS = 5
+
+
+def median_half_width(samples) -> float:
+    """The half-width of a distribution-free ~95% confidence interval of the median, as a fraction of the
+    median: the order statistics of ranks n/2 - 1.96·√n/2 and 1 + n/2 + 1.96·√n/2 (1-based, rounded,
+    clipped to the samples) bound it. ``inf`` without samples or with a median of 0 or less."""
+    s = np.sort(np.asarray(samples, dtype=np.float64))
+    n = s.size
+    med = float(np.median(s)) if n else 0.0
+    if med <= 0:
+        return float("inf")
+    spread = 1.96 * np.sqrt(n) / 2
+    lo = min(max(int(round(n / 2 - spread)), 1), n)
+    hi = min(max(int(round(1 + n / 2 + spread)), 1), n)
+    return float((s[hi - 1] - s[lo - 1]) / 2 / med)
+
+
+def median_stable(samples, tol: float = STABLE_HALF_WIDTH) -> bool:
+    """Whether ``samples`` (at least MIN_STABLE_RUNS) pin their median within ``tol`` of it (~95% confidence)."""
+    return len(samples) >= MIN_STABLE_RUNS and median_half_width(samples) <= tol
+
+
+def first_chunk(max_runs: int, min_runs: int) -> int:
+    """The runs of the first timing chunk: FIRST_CHUNK, or ``min_runs`` if more, never over ``max_runs``."""
+    return max(0, min(max_runs, max(FIRST_CHUNK, min_runs)))
+
+
+def next_chunk(samples, taken: int, max_runs: int, budget_s: float | None, elapsed_ms: float,
+               budget_cut: bool = False) -> tuple[int, str | None]:
+    """After ``taken`` timed runs (their ``samples``) in ``elapsed_ms``: the runs of the next chunk, or 0
+    and why the timing stops — ``"runs"`` (all ``max_runs`` taken; ``"budget"`` where ``budget_cut``: the
+    budget set ``max_runs``), ``"stable"`` (:func:`median_stable`), ``"budget"`` (at the samples' mean pace
+    no further run fits ``budget_s``). A next chunk doubles the runs taken, within both bounds."""
+    if taken >= max_runs:
+        return 0, "budget" if budget_cut else "runs"
+    if median_stable(samples):
+        return 0, "stable"
+    n = min(max(taken, 1), max_runs - taken)
+    if budget_s and len(samples):
+        pace = float(np.mean(samples))
+        fit = int((budget_s * 1e3 - elapsed_ms) // pace) if pace > 0 else n
+        if fit < 1:
+            return 0, "budget"
+        n = min(n, fit)
+    return n, None
+
+
 def summarize(raw: dict | None) -> dict | None:
     """``{"load", "first", "samples": [...], ...extras}`` -> load, first, p50, p90, p99, runs (+ extras)."""
     if not raw:
@@ -193,9 +248,10 @@ def samples_note(details: dict | None) -> tuple[str, ...]:
 
 
 def timing_note(m: dict) -> tuple[str, ...]:
-    """What a target timed within its budget with fewer runs than asked says."""
+    """What a target timed within its budget with fewer runs than asked says (nothing where its median was
+    stable before the budget mattered)."""
     lat = m.get("latency_ms") or {}
-    if not lat.get("runs_asked"):
+    if not lat.get("runs_asked") or lat.get("stopped") == "stable":
         return ()
     if not lat.get("runs"):
         return (f"not timed: one inference takes about {lat['per_run_estimate_ms'] / 1e3:.3g} s here, over the "

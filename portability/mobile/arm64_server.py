@@ -13,7 +13,9 @@ Two modes:
 The loop's frame: 8-byte little-endian length + JSON header, then for each array in ``header["arrays"]``
 an 8-byte length + ``.npy`` bytes. Commands:
 
-- ``load``  {kind: tflite|ort, path, threads, kernels, inputs: [index|name], outputs: [index|name]}
+- ``load``  {kind: tflite|ort, format: tflite|ort|onnx, threads, kernels, inputs: [index|name],
+  outputs: [index|name]} + one array: the model file's bytes (uint8). The model comes by content, never by
+  path: the serving process reads no model folder.
 - ``infer`` arrays in ``inputs`` order -> arrays in ``outputs`` order
 - ``time``  arrays, warmup, runs -> {ms: [...]} (timed here, inside the emulated process)
 - ``quit``
@@ -72,11 +74,19 @@ def rss_mb():
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def model_bytes(arrays) -> bytes:
+    """The ``load`` request's model content, taken out of its one uint8 array (the bytes are the copy kept)."""
+    if len(arrays) != 1 or arrays[0].dtype != np.uint8 or arrays[0].ndim != 1:
+        raise ValueError("load: the model's bytes must come as one 1-D uint8 array")
+    return arrays.pop().tobytes()
+
+
 class Tflite:
-    def __init__(self, req):
+    def __init__(self, req, content: bytes):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        self.it = Interpreter(model_path=req["path"], num_threads=req["threads"],
+        self.content = content  # the interpreter reads its model from this buffer: kept alive with it
+        self.it = Interpreter(model_content=content, num_threads=req["threads"],
                               experimental_op_resolver_type=getattr(OpResolverType, _KERNELS[req.get("kernels", "xnnpack")]))
         self.it.allocate_tensors()
         self.ins, self.outs = req["inputs"], req["outputs"]
@@ -98,15 +108,15 @@ class Tflite:
 
 
 class Ort:
-    def __init__(self, req):
+    def __init__(self, req, content: bytes):
         import onnxruntime as ort
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = req["threads"]
         so.log_severity_level = 3
-        if req["path"].endswith(".ort"):
+        if req.get("format") == "ort":
             so.add_session_config_entry("session.load_model_format", "ORT")
-        self.sess = ort.InferenceSession(req["path"], sess_options=so, providers=["CPUExecutionProvider"])
+        self.sess = ort.InferenceSession(content, sess_options=so, providers=["CPUExecutionProvider"])
         self.ins = req["inputs"] or [i.name for i in self.sess.get_inputs()]
         self.outs = req["outputs"] or [o.name for o in self.sess.get_outputs()]
         self.version = "onnxruntime " + ort.__version__
@@ -129,7 +139,8 @@ def serve(fin, fout):
             return
         try:
             if req["cmd"] == "load":
-                model = (Tflite if req["kind"] == "tflite" else Ort)(req)
+                model = None  # the previous model's memory goes before the next one's arrives
+                model = (Tflite if req["kind"] == "tflite" else Ort)(req, model_bytes(arrays))
                 write_msg(fout, {"ok": True, "version": model.version, "machine": platform.machine(), "pid": os.getpid(),
                                  "inputs": model.ins, "outputs": model.outs, "rss_mb": rss_mb()})
             elif req["cmd"] == "infer":

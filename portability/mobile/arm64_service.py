@@ -6,6 +6,10 @@ forked emulated child of its own, which serves the usual request/reply frames an
 connection: a child that crashes costs its target only, and no target pays for the emulated start-up and
 imports. A server that died, or that a hung or crashed target leaves unwell, is replaced for the targets
 after it (``release(unwell=True)``) and stopped once no target uses it.
+
+Models come by content: a worker reads its model file and sends the bytes with its ``load`` request, so
+the emulator's OS sandbox reads its own root file system (``arm64.home()``) and none of the check's model,
+run or artifact folders; of the sandbox it is given, it keeps the mode.
 """
 from __future__ import annotations
 
@@ -48,14 +52,15 @@ class _Emulator:
         self._wait_socket()
 
     def _confined(self, argv: list[str], sandbox: dict | None) -> list[str]:
-        """The emulator under the check's OS sandbox: it reads what the workers read (the model's folder, the
-        run's folder, the cache with its root file system), writes only its own folder, has no network."""
+        """The emulator under the check's OS sandbox, in its mode: it reads its root file system only (models
+        come by content, not from the check's folders), writes only its own folder, has no network."""
         from portability.core.sandbox import Sandbox, command
+        from portability.mobile import arm64
 
         if not sandbox:
             return argv
         sb = Sandbox.from_dict(sandbox)
-        sb = Sandbox(mode=sb.mode, read=sb.read, write=(self.folder,))
+        sb = Sandbox(mode=sb.mode, read=(str(arm64.home()),), write=(self.folder,))
         return command(sb, argv)
 
     def _wait_socket(self) -> None:

@@ -3,7 +3,8 @@
 The runtime lives in an emulated Python (``portability/mobile/arm64_server.py``) spoken to in frames: in a
 check, a child that the check's shared fork server (``mobile/arm64_service.py``) forks for this target,
 over a unix socket (no start-up, no imports); alone, or when that server could not start, a process of
-its own, over pipes. Mapping (NCHW <-> NHWC, quantization) happens here on the host, exactly as ``LiteRt`` does it.
+its own, over pipes. The model goes by content (its file's bytes in the ``load`` frame), never by path.
+Mapping (NCHW <-> NHWC, quantization) happens here on the host, exactly as ``LiteRt`` does it.
 Latencies are measured inside the emulated process and are **emulated** times (qemu is ~100-300x slower
 than the hardware): ``emulated`` is True, useful only to compare targets under the same
 emulation. What the emulation shows faithfully is the arithmetic: ARM kernels (NEON paths of XNNPACK,
@@ -106,10 +107,15 @@ class _Emulated(Runtime):
 
     def _load(self, path: Path, ins: list, outs: list, kernels: str | None = None) -> None:
         self.threads = int(self.options.get("threads") or default_threads())
+        try:  # the model goes by content: the emulated process reads no model folder
+            content = np.fromfile(path, dtype=np.uint8)
+        except OSError as e:
+            raise LoadError(f"cannot read the model file {path}: {e}") from None
         self._start()
-        req = {"cmd": "load", "kind": self.kind, "path": str(Path(path).resolve()), "threads": self.threads,
+        fmt = Path(path).suffix.lstrip(".").lower() or self.kind
+        req = {"cmd": "load", "kind": self.kind, "format": fmt, "threads": self.threads,
                "kernels": kernels or "xnnpack", "inputs": ins, "outputs": outs}
-        reply, _ = self._call(req, err=LoadError)
+        reply, _ = self._call(req, [content], err=LoadError)
         self._reply = reply
         self.version, self.machine = reply["version"], reply.get("machine")
 

@@ -55,6 +55,8 @@ class CheckOptions:
     robustness_samples: int
     #: the OS sandbox of every process that reads or runs the model: auto, require, off (``core.sandbox``)
     sandbox: str
+    #: where the shared services come from: "auto" (the resident session, started if none runs) or "off"
+    resident: str
     #: {package: [versions]}: the targets using a package run once more per version (``workers.versions``)
     versions: dict
     #: the output read as class scores for accuracy and robustness (None: the first that looks like scores)
@@ -147,6 +149,17 @@ def _sandbox(v: Any, s: Setting) -> str:
     return str(v)
 
 
+def _resident(v: Any, s: Setting) -> str:
+    from portability.resident.client import mode
+
+    if v is None:
+        return mode()
+    v = {True: "auto", False: "off"}.get(v, v)
+    if str(v) not in ("auto", "off"):
+        raise UsageError(f"--resident must be auto or off, got '{v}'")
+    return str(v)
+
+
 def _shapes(v: Any, s: Setting) -> list[str]:
     """``["x=1x3x224x224"]`` or ``{"x": [1, 3, 224, 224]}`` -> the ``--shape`` strings."""
     if isinstance(v, dict):
@@ -233,6 +246,10 @@ SETTINGS: tuple[Setting, ...] = (
             "model's folder read-only, writes only to its own work folder): auto (where the kernel can; says once "
             "where it cannot), require (an error where it cannot), off. Default: $PORTABILITY_SANDBOX, else "
             "{default}.", RUNNING, parse=_sandbox, commands=_ALL_CMDS, shown="auto"),
+    Setting("resident", str, None, "Where the browsers and the ARM64 emulator come from: auto (the resident "
+            "session, kept between checks and started by the first one; `portability serve --stop` stops it), off "
+            "(this check starts and stops its own). Default: $PORTABILITY_RESIDENT, else {default}.", RUNNING,
+            parse=_resident, commands=_ALL_CMDS, shown="auto"),
     Setting("thresholds", dict, None, "Bounds by name, and tables of them per target id.", THRESHOLDS, flag=""),
     Setting("fix", bool, False, "After the check, retry each failing target with a bounded list of documented "
             "alternatives (onnx2tf options, ONNX Runtime optimization levels) and report the first that passes, with "

@@ -8,6 +8,10 @@ worker starts and puts its endpoint in the job (``Job.services``). A worker whos
 gives its lease back as unwell: the service is replaced for the targets after it. A provider is any object
 with ``lease(flavour) -> handle`` (``handle.endpoint``: a string), ``release(handle, unwell)`` and
 ``close()``; it starts lazily, on the first lease.
+
+With the resident session (``portability.resident``; ``PORTABILITY_RESIDENT=auto``, the default) a provider
+is the resident process's (``resident.client.RemoteProvider``): its services outlive the check. Where the
+resident process cannot be reached, the check's own provider takes over, and ``notes`` says so.
 """
 from __future__ import annotations
 
@@ -24,23 +28,44 @@ class Services:
     None)`` when the service cannot start (the worker then does without: its own browser, its own
     emulator)."""
 
-    def __init__(self, sandbox: dict | None = None):
+    def __init__(self, sandbox: dict | None = None, resident: str | None = None):
+        from portability.resident import client
+
         self._lock = threading.Lock()
         self._providers: dict[str, Any] = {}
+        #: the resident session's socket, where this check's services come from it (else None)
+        self.resident = client.socket_path() if (resident or client.mode()) == "auto" and _reachable() else None
+        #: what the check should know of where its services came from
+        self.notes: list[str] = []
         #: service name -> (provider class "module:Class", the flavour its lease asks for), as runtimes declare
         self._known: dict[str, tuple[str, Any]] = {}
         #: the OS sandbox (``core.sandbox.Sandbox.to_dict``: its mode and what it may read) of the services
         #: that read model content (the emulated ARM64 server); each adds the folder it writes
         self.sandbox = dict(sandbox or {})
 
-    def _provider(self, cls_path: str):
+    def _provider(self, cls_path: str, local: bool = False):
         with self._lock:
             p = self._providers.get(cls_path)
-            if p is None:
-                mod, _, name = cls_path.partition(":")
-                p = self._providers[cls_path] = getattr(importlib.import_module(mod), name)()
+            if p is None or local:
+                if self.resident and not local:
+                    from portability.resident.client import RemoteProvider
+
+                    p = RemoteProvider(cls_path, self.resident)
+                else:
+                    mod, _, name = cls_path.partition(":")
+                    p = getattr(importlib.import_module(mod), name)()
                 p.sandbox = self.sandbox
+                self._providers[cls_path] = p
             return p
+
+    def _fallback(self, name: str, cls_path: str, why: Exception):
+        """The check's own provider for ``cls_path``, the resident session being out of reach."""
+        with self._lock:
+            note = f"the resident session could not be used ({why}): this check started its own services"
+            if note not in self.notes:
+                self.notes.append(note)
+        log.warning("%s: %s", name, why)
+        return self._provider(cls_path, local=True)
 
     def declare(self, name: str, provider: tuple[str, Any]) -> None:
         """A runtime's service: its name and its provider (``("module:Class", flavour)``)."""
@@ -58,9 +83,15 @@ class Services:
         if not name or name not in self._known:
             return None, None
         cls_path, flavour = self._known[name]
+        from portability.resident.client import Unreachable
+
         provider = self._provider(cls_path)
         try:
-            handle = provider.lease(flavour)
+            try:
+                handle = provider.lease(flavour)
+            except Unreachable as e:
+                provider = self._fallback(name, cls_path, e)
+                handle = provider.lease(flavour)
         except (OSError, RuntimeError) as e:
             log.warning("shared %s unavailable: %s", name, e)
             return None, None
@@ -77,6 +108,12 @@ class Services:
             threading.Thread(target=start, args=(name,), name=f"start {name}", daemon=True).start()
 
     @staticmethod
+    def lost(lease) -> int | None:
+        """The resident process's pid, where the service of this lease went away with it; else None."""
+        handle = lease[1] if lease is not None else None
+        return handle.pid if getattr(handle, "lost", False) else None
+
+    @staticmethod
     def release(lease, unwell: bool = False) -> None:
         if lease is not None:
             provider, handle = lease
@@ -90,3 +127,15 @@ class Services:
                 p.close()
             except Exception as e:  # stopping one service must not keep the others running
                 log.warning("stopping a shared service: %s", e)
+
+
+def _reachable() -> bool:
+    """The resident session's folder is this user's own (else checks start their own services)."""
+    from portability.resident.client import Unreachable, runtime_dir
+
+    try:
+        runtime_dir()
+        return True
+    except (Unreachable, OSError) as e:
+        log.warning("no resident session: %s", e)
+        return False

@@ -126,10 +126,24 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
         events.phase(Phase.WAIT)
         sys.stdin.readline()  # the parent's go: nothing else runs now (EOF: no parent gate, go at once)
         events.phase(Phase.TIME, runs=plan.runs)
-        ms = runtime.time(_batch(feeds, 0), plan.warmup, plan.runs)
+        ms, latency["stopped"] = _time_chunks(runtime, _batch(feeds, 0), plan, min_runs, budget)
         events.phase(Phase.CLOSE)  # the timing slot is free: closing the runtime needs no quiet machine
         latency["samples"] = [round(x, 5) for x in ms]
     return latency
+
+
+def _time_chunks(runtime, batch: dict[str, np.ndarray], plan, min_runs: int, budget: float | None) -> tuple[list[float], str]:
+    """Timed runs in chunks (the first one warms up) until the median is stable, ``plan.runs`` are taken or
+    the time budget is spent (``metrics/latency.next_chunk``): every chunk's milliseconds, and why it stopped."""
+    from portability.metrics.latency import first_chunk, next_chunk
+
+    ms: list[float] = []
+    n, taken, stopped, t0 = first_chunk(plan.runs, min_runs), 0, None, time.perf_counter()
+    while n:
+        ms += runtime.time(batch, 0 if taken else plan.warmup, n)
+        taken += n
+        n, stopped = next_chunk(ms, taken, plan.runs, budget, (time.perf_counter() - t0) * 1e3, plan.asked is not None)
+    return ms, stopped or "runs"
 
 
 def _robustness_fits(job: Job, extra: list, k: int, pace_ms: float, p: _Progress) -> list:

@@ -1,0 +1,143 @@
+"""The resident session: checks lease its browsers (and emulator) instead of starting their own; it stops
+when idle or asked; a check that cannot reach it does without and says so; killed with SIGKILL during a check,
+it costs that check's running targets a clear error (never a hang) and the next check starts a new one."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT, by_id, check_json, run_cli
+
+pytestmark = [pytest.mark.web]
+
+WEB = "server/ort-cpu,web/ort-wasm,web/tfjs-cpu"
+
+
+def _web_missing() -> str | None:
+    from portability.runtimes.ort_web import OrtWeb
+
+    a = OrtWeb.availability()
+    return None if a.ok else f"{a.reason} (fix: {a.hint})"
+
+
+needs_browser = pytest.mark.skipif(_web_missing() is not None, reason=f"web stack missing: {_web_missing()}")
+
+
+@pytest.fixture
+def own(tmp_path, monkeypatch):
+    """A resident session of this test's own (its socket in the test's folder), stopped at the end."""
+    from portability.resident import client
+
+    sock = Path(f"/tmp/res-{os.getpid()}-{tmp_path.name[-20:]}.sock")
+    monkeypatch.setenv(client.SOCKET_ENV, str(sock))
+    monkeypatch.setenv(client.SWITCH, "auto")
+    yield sock
+    try:
+        client.request("stop", sock)
+    except client.Unreachable:
+        pass
+    for f in (sock, sock.with_suffix(".lock"), sock.with_suffix(".log")):
+        f.unlink(missing_ok=True)
+
+
+def _status(sock: Path) -> dict:
+    from portability.resident import client
+
+    return client.request("status", sock)
+
+
+@needs_browser
+def test_checks_share_the_resident_browser(tmp_path, own):
+    first = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", WEB, "--runs", "3", "--no-history")
+    s1 = _status(own)
+    second = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", WEB, "--runs", "3", "--no-history")
+    s2 = _status(own)
+    for r in (first, second):
+        t = by_id(r)
+        assert all(t[i]["status"] == "pass" for i in WEB.split(",")), {i: t[i]["error"] for i in t}
+        assert not any("resident" in n for n in r["notes"])
+    assert s1["pid"] == s2["pid"]
+    browsers = [s for s in s2["services"] if s["provider"].endswith("BrowserService")]
+    assert browsers and browsers[0]["launches"] == 1, s2  # the second check started no browser
+    assert s2["served"] >= s1["served"] + 2 and s2["leases"] == 0
+
+
+@needs_browser
+def test_unreachable_resident_session_falls_back_and_says_so(tmp_path, monkeypatch):
+    from portability.resident import client
+
+    monkeypatch.setenv(client.SOCKET_ENV, "/proc/no-such-folder/serve.sock")  # no process can listen there
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "server/ort-cpu,web/ort-wasm", "--runs", "2",
+                   "--no-history")
+    assert by_id(r)["web/ort-wasm"]["status"] == "pass"
+    assert any("resident session could not be used" in n for n in r["notes"]), r["notes"]
+
+
+@needs_browser
+def test_sigkill_mid_check_costs_running_targets_a_clear_error_and_the_next_check_starts_anew(tmp_path, own):
+    out = tmp_path / "killed.json"
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "portability", "check", str(FIXTURES / "lenet.onnx"), "--targets",
+                             "web/ort-wasm,web/tfjs-cpu,web/tfjs-wasm,web/litert-js", "--runs", "200", "--jobs", "4",
+                             "--no-history", "--json", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    pid = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            st = _status(own)
+        except Exception:
+            time.sleep(0.1)
+            continue
+        if st["leases"] >= 1:
+            pid = st["pid"]
+            break
+        time.sleep(0.1)
+    assert pid, "no target ever leased a browser"
+    os.kill(pid, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=300)  # never a hang
+    assert proc.returncode in (0, 1), stderr[-3000:]
+    r = json.loads(out.read_text())
+    hit = [t for t in r["targets"] if t["status"] != "pass"]
+    assert hit, "killing the browser's owner cost no target anything"
+    for t in hit:
+        assert "resident session" in (t["error"] or ""), (t["id"], t["status"], t["error"])
+    # the next check starts a new resident session and passes
+    again = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "server/ort-cpu,web/ort-wasm", "--runs", "2",
+                       "--no-history")
+    assert by_id(again)["web/ort-wasm"]["status"] == "pass"
+    assert _status(own)["pid"] != pid
+
+
+def test_serve_start_status_idle_stop(tmp_path, own):
+    p = run_cli("serve", "--idle", "60")
+    assert p.returncode == 0 and "resident session pid" in p.stdout, p.stderr
+    st = json.loads(run_cli("serve", "--status", "--json").stdout)
+    assert st["running"] and st["idle_s"] == 60 and oct(own.stat().st_mode & 0o777) == "0o600"
+    p = run_cli("serve", "--stop")
+    assert p.returncode == 0 and "stopped" in p.stdout
+    assert run_cli("serve", "--status").returncode == 1 and not own.exists()
+    # an idle session stops by itself
+    run_cli("serve", "--idle", "1")
+    deadline = time.monotonic() + 20
+    while own.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not own.exists(), "an idle resident session kept running"
+
+
+def test_a_folder_others_can_open_is_refused(tmp_path, monkeypatch):
+    from portability.resident import client
+
+    shared = tmp_path / "xdg"
+    (shared / "portability").mkdir(parents=True)
+    os.chmod(shared / "portability", 0o755)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+    with pytest.raises(client.Unreachable, match="not this user's own folder"):
+        client.runtime_dir()
