@@ -194,7 +194,7 @@ def _verdict(report, changes, err) -> int:
     gating_failed = [t.id for t in report.targets if t.gating and t.failed]
     ref = report.targets[0]
     skipped = [t.id for t in report.targets if t.status == Status.SKIPPED]
-    if ref.status != Status.PASS:
+    if ref.status not in (Status.PASS, Status.FALLBACK):
         err.print(f"[red]the reference {ref.id} did not run ({ref.status}): nothing to compare with[/]"
                   + (f"; {len(skipped)} other targets not run" if skipped else ""))
     elif skipped:

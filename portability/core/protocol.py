@@ -94,6 +94,8 @@ class Job:
     #: the check this job belongs to: a conversion that failed for one of its targets fails the others
     #: that need it at once (``engine.cache``), without converting again
     check_id: str = ""
+    #: ``--strict-backend``: a runtime that can refuse to run nodes off the backend asked for does
+    strict_backend: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

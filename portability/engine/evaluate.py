@@ -118,7 +118,7 @@ class Evaluator:
             found = None if is_ref else problems + metrics.breaches(m, t)
         else:
             m, found = dict(metrics.empty(), latency_ms=summarize(wr.latency), peak_rss_mb=wr.peak_rss_mb), None
-        v = verdict.decide(target, self.opts.gate, wr, found)
+        v = verdict.decide(target, self.opts.gate, wr, found, strict=self.opts.strict_backend)
         if is_ref and wr.ok:
             self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,

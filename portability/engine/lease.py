@@ -124,7 +124,7 @@ class Runner:
         reference did not run)."""
         self.prestart(self.targets[1:])
         ref = self.run(self.targets[0])
-        if ref.status != Status.PASS:
+        if ref.status not in (Status.PASS, Status.FALLBACK):  # a fallback ran: its outputs are compared with
             self.synthesized_failed = inp.failure_help(ref.status, self.feeds, self.opts.value_range, self.model)
             if self.synthesized_failed:
                 ref = replace(ref, hint=ref.hint or self.synthesized_failed[1])
@@ -164,7 +164,7 @@ class Runner:
                    convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
                    extra_feeds=str(rob.file) if rob and rob.set.groups else "",
                    extra_clean=rob.set.batches if rob else 0,
-                   run_timeout_s=self.limits(target).run_timeout_s)
+                   run_timeout_s=self.limits(target).run_timeout_s, strict_backend=o.strict_backend)
 
     def limits(self, target: Target) -> Limits:
         """The check's limits, with the target's own run time limit unless the user set one."""

@@ -5,7 +5,8 @@ gating, ``-ID`` a cross-check; an id, a platform or ``all``), then the device ru
 ran on a software adapter (SwiftShader) is a cross-check unless a rule named it gating explicitly.
 
 Status: not run (``skipped``: unavailable here, or nothing to compare with), the worker's own failure
-(``convert-error`` … ``crashed``), ``fallback`` when the backend that ran is not the one asked for, else
+(``convert-error`` … ``crashed``), ``fallback`` when the backend that ran is not the one asked for (with
+``--strict-backend``, also when some of the model's nodes ran off it: ``details["placement"]``), else
 ``drift`` when a metric is outside its threshold, else ``pass``.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from portability.core.protocol import WorkerResult
 from portability.core.status import Status
 from portability.core.target import Target
+from portability.report.schema import off_backend
 
 
 def _named(rule: str, target: Target) -> bool:
@@ -46,16 +48,20 @@ def skipped(target: Target, rules: list[str]) -> Verdict:
     return Verdict(Status.SKIPPED, gating(target, rules)[0])
 
 
-def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[str] | None = None) -> Verdict:
+def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[str] | None = None,
+           strict: bool = False) -> Verdict:
     """The status of a target that was given to a worker; ``found``: the reasons its metrics breach
-    (None when nothing was compared: the worker failed, or this is the reference)."""
+    (None when nothing was compared: the worker failed, or this is the reference); ``strict``:
+    ``--strict-backend``."""
     g, notes = gating(target, rules, worker.device)
     if not worker.ok:
         return Verdict(worker.status, g, (), tuple(notes))
     found = list(found or [])
     asked, used = worker.backend_requested, worker.backend_used
-    if asked and used and asked != used:
-        return Verdict(Status.FALLBACK, g, (f"asked for {asked}, ran on {used}", *found), tuple(notes))
+    off = f"asked for {asked}, ran on {used}" if asked and used and asked != used else \
+        (off_backend(worker.details) if strict else None)
+    if off:
+        return Verdict(Status.FALLBACK, g, (off, *found), tuple(notes))
     status = Status.DRIFT if found else Status.PASS
     if status == Status.DRIFT and not g:
         notes.append(f"{target.id} is a cross-check: its disagreement is reported, it does not fail the run")

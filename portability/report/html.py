@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from portability.core.status import Status
 from portability.report.diff import Diff
-from portability.report.schema import Report, TargetResult
+from portability.report.schema import Report, TargetResult, off_backend
 
 #: the statuses with a pill style of their own; every other is styled as an error
 _OWN_STYLE = (Status.PASS, Status.DRIFT, Status.FALLBACK, Status.SKIPPED)
@@ -120,9 +120,11 @@ def _conversions(report: Report) -> str:
 def _problems(report: Report) -> str:
     items = []
     for t in report.targets:
-        if t.status == Status.PASS and not t.notes:
+        placed = off_backend(t.details) if t.status != Status.FALLBACK else None  # a partial placement, reported only
+        if t.status == Status.PASS and not t.notes and not placed:
             continue
         parts = ([f"<b>{_e(t.status)}</b>"] + ([_e(t.error)] if t.error else []) + [_e(b) for b in t.breaches]
+                 + ([_e(placed)] if placed else [])
                  + ([f"op <code>{_e(t.op)}</code>" + (f" (node <code>{_e(t.node)}</code>)" if t.node else "")] if t.op else [])
                  + ([f"fix: <code>{_e(t.hint)}</code>"] if t.hint else []) + [_e(n) for n in t.notes])
         items.append(f"<li><b>{_e(t.id)}</b>: {'; '.join(parts)}</li>")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from portability.core.status import Status
 from portability.report.diff import Diff
-from portability.report.schema import Report, TargetResult
+from portability.report.schema import Report, TargetResult, off_backend
 from portability.report.table import explain
 
 ICON = {Status.PASS: "✅", Status.DRIFT: "❌", Status.SKIPPED: "⏭️", Status.FALLBACK: "⚠️"}
@@ -86,6 +86,8 @@ def render(report: Report, diff: Diff | None = None) -> str:
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     notes = list(report.notes) + [f"`{t.id}`: {explain(t)}" for t in report.targets
                                   if t.status == Status.SKIPPED and explain(t)]
+    notes += [f"`{t.id}`: {off_backend(t.details)}" for t in report.targets
+              if t.status != Status.FALLBACK and off_backend(t.details)]  # a partial placement, reported only
     if notes:
         lines += ["", "<details><summary>Notes</summary>", ""] + [f"- {_cell(x)}" for x in notes] + ["", "</details>"]
     return "\n".join(lines) + "\n"

@@ -13,6 +13,17 @@ from portability.core.status import FAILING, STATUSES, Status  # noqa: F401  (th
 SCHEMA_VERSION = 1
 
 
+def off_backend(details: dict) -> str | None:
+    """How many of a target's nodes ran off the backend it asked for (``details["placement"]``), with the share
+    on it and the ops of the others; None when they all ran on it or nothing tells. Under ``--strict-backend``
+    it is the breach of a ``fallback``, else a note of the report."""
+    p = details.get("placement") or {}
+    if not p or p.get("on_backend", 0) >= p.get("nodes", 0):
+        return None
+    ops = ", ".join(f"{op}×{n}" for op, n in (p.get("elsewhere") or {}).items())
+    return f"{p['nodes'] - p['on_backend']} of {p['nodes']} nodes ({ops}) ran outside {p['backend']} (share {p['share']:g} on it)"
+
+
 @dataclass(frozen=True)
 class TargetResult:
     id: str

@@ -81,6 +81,8 @@ class Runtime(ABC):
         self.options = dict(options or {})
         #: endpoints of services the check runs for its workers (``browser``: a shared Chromium)
         self.services: dict[str, str] = {}
+        #: ``--strict-backend``: a runtime that can refuse to run nodes off the asked backend does
+        self.strict_backend = False
         self.check_options(self.options)
 
     @classmethod
@@ -179,6 +181,18 @@ class Runtime(ABC):
 
     def close(self) -> None:
         pass
+
+
+def placement(backend: str, ran: list[tuple[str, bool]]) -> dict[str, Any]:
+    """``details["placement"]``: of the model's nodes (``(op, ran on the backend)`` each), how many ran on
+    ``backend``, the backend the target asked for, and the ops of the others (most frequent first)."""
+    on = sum(1 for _, b in ran if b)
+    elsewhere: dict[str, int] = {}
+    for op, b in ran:
+        if not b:
+            elsewhere[op] = elsewhere.get(op, 0) + 1
+    return {"backend": backend, "nodes": len(ran), "on_backend": on, "share": round(on / len(ran), 3) if ran else 1.0,
+            "elsewhere": dict(sorted(elsewhere.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
 def output_dtypes(artifact: Artifact) -> dict[str, str]:

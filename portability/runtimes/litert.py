@@ -22,7 +22,7 @@ import numpy as np
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
 from portability.core.protocol import IoMap
-from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
+from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, placement, time_calls
 
 KERNELS = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
 
@@ -125,6 +125,27 @@ def litert_error(e: Exception, cls=LoadError):
     return cls(msg[:600], op=op)
 
 
+def delegated(ops: list[dict], backend: str) -> dict[str, Any]:
+    """The placement of an interpreter's nodes (``_get_ops_details()`` after ``allocate_tensors``): a delegate's
+    kernel is an extra ``DELEGATE`` node whose inputs and outputs bound its partition; the original nodes it
+    replaced are those met walking back from its outputs through their producers to its inputs. The other
+    original nodes run on the built-in kernels."""
+    nodes = {d["index"]: d for d in ops if d["op_name"] != "DELEGATE"}
+    producer = {int(t): i for i, d in nodes.items() for t in d["outputs"]}
+    taken: set[int] = set()
+    for dg in (d for d in ops if d["op_name"] == "DELEGATE"):
+        bounds = {int(t) for t in dg["inputs"]}
+        todo = [int(t) for t in dg["outputs"]]
+        while todo:
+            t = todo.pop()
+            i = producer.get(t)
+            if t in bounds or i is None or i in taken:
+                continue
+            taken.add(i)
+            todo += [int(x) for x in nodes[i]["inputs"] if x >= 0]
+    return placement(backend, [(d["op_name"], i in taken) for i, d in sorted(nodes.items())])
+
+
 class TfliteMapped:
     """What the in-process and the emulated LiteRT runtimes share: the artifact's mapping, the kernels
     option and the ONNX output dtypes, and the quantization of its outputs."""
@@ -164,6 +185,12 @@ class LiteRt(TfliteMapped, Runtime):
         except Exception as e:
             raise litert_error(e) from None
         self._shape = {e.index: list(self.it.get_tensor(e.index).shape) for e in self.io.inputs}
+        self.placement = None
+        if self.kernels == "xnnpack":  # AUTO: the built-in kernels, and XNNPACK for the nodes it takes
+            try:
+                self.placement = delegated(self.it._get_ops_details(), "XNNPACK")
+            except (AttributeError, KeyError, TypeError, ValueError):  # an interpreter without the op list
+                pass
 
     def describe(self) -> str:
         from importlib.metadata import version
@@ -172,7 +199,8 @@ class LiteRt(TfliteMapped, Runtime):
 
     def details(self) -> dict[str, Any]:
         d = {"kernels": self.kernels, "threads": self.threads, "quant": self.meta.get("quant"),
-             "layout": layout_details(self.io), **quant_details(self.io)}
+             "layout": layout_details(self.io), **quant_details(self.io),
+             **({"placement": self.placement} if self.placement else {})}
         for k in ("calibration", "produced_by"):
             if k in self.meta:
                 d[k] = self.meta[k]

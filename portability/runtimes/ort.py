@@ -1,14 +1,17 @@
 """ONNX Runtime in this Python process: CPU (with or without graph optimizations) and CUDA."""
 from __future__ import annotations
 
+import json
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, Unavailable
-from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
+from portability.runtimes.base import Availability, Runtime, modules_present, placement, time_calls
 
 _OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
@@ -29,6 +32,17 @@ def ort_error(e: Exception, cls=RunError):
             node = m.group(1)
             op = m.group(2) if m.re.groups >= 2 else None
     return cls(msg, op=op, node=node)
+
+
+def profiled(events: list[dict], backend: str) -> dict[str, Any]:
+    """The placement of a session's nodes, from the profile of one inference: each node's ``Node`` event
+    (``<node>_kernel_time``) names its op and the execution provider that ran it."""
+    ran: dict[str, tuple[str, bool]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+            a = e.get("args") or {}
+            ran.setdefault(e["name"], (a.get("op_name") or "?", a.get("provider") == backend))
+    return placement(backend, list(ran.values()))
 
 
 class OrtCpu(Runtime):
@@ -58,6 +72,12 @@ class OrtCpu(Runtime):
         self._ort = ort
         self.meta = artifact.meta
         so = self._session_options(ort)
+        # the first inference alone is profiled (``infer`` ends it), into this worker's own folder: the placement
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(os.getcwd(), f"ort_profile_{os.getpid()}")
+        self._profile, self._placement = None, None
+        if self.strict_backend and self.provider != "CPUExecutionProvider":
+            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         self._check_provider(ort)
         try:
             self.session = ort.InferenceSession(str(artifact.path), sess_options=so, providers=[self.provider])
@@ -81,13 +101,27 @@ class OrtCpu(Runtime):
     def details(self) -> dict[str, Any]:
         threads = int(self.options.get("threads", 0))
         return {"providers": self.session.get_providers(), "graph_optimization": self.options.get("graph_optimization", "all"),
-                **({"threads": self.session.get_session_options().intra_op_num_threads} if threads else {})}
+                **({"threads": self.session.get_session_options().intra_op_num_threads} if threads else {}),
+                **self.placement_details()}
+
+    def placement_details(self) -> dict[str, Any]:
+        """``{"placement": ...}`` read from the first inference's profile (then deleted), or {} without one."""
+        if self._profile and self._placement is None:
+            path, self._placement = Path(self._profile), {}
+            try:
+                self._placement = profiled(json.loads(path.read_text()), self.provider)
+            except (OSError, ValueError):
+                pass
+            path.unlink(missing_ok=True)
+        return {"placement": self._placement} if self._placement else {}
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
             outs = self.session.run(self._out_names, feeds)
         except Exception as e:
             raise ort_error(e) from None
+        if self._profile is None:  # the later inferences (and the timed ones) are not profiled
+            self._profile = self.session.end_profiling()
         return dict(zip(self._out_names, outs))
 
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
@@ -97,7 +131,13 @@ class OrtCpu(Runtime):
         return self.meta.get("output_quant")  # a QDQ model's outputs: the scale of their DequantizeLinear
 
     def close(self) -> None:
-        self.session = None
+        session, self.session = getattr(self, "session", None), None
+        if session is not None and self._profile is None:  # it never ran: the profile is ended and deleted
+            left = session.end_profiling()
+            if left:
+                Path(left).unlink(missing_ok=True)
+        elif getattr(self, "_profile", None):  # it ran, its placement never read
+            Path(self._profile).unlink(missing_ok=True)
 
 
 class OrtCuda(OrtCpu):

@@ -33,7 +33,7 @@ class OrtMobile(OrtCpu):
         return f"onnxruntime {self._ort.__version__} (ORT format, CPU EP)"
 
     def details(self) -> dict[str, Any]:
-        d = {"providers": self.session.get_providers(), "threads": self.threads, "format": "ort"}
+        d = {"providers": self.session.get_providers(), "threads": self.threads, "format": "ort", **self.placement_details()}
         for k in ("mobile_usability", "shapes_fixed_for_usability_check", "fixed_shapes", "shapes_not_fixed", "target_platform"):
             if k in self.meta:
                 d[k] = self.meta[k]

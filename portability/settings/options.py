@@ -74,6 +74,8 @@ class CheckOptions:
     target_thresholds: dict = field(default_factory=dict)
     #: the user set the run time limit: it then applies also to targets with a limit of their own
     timeout_explicit: bool = False
+    #: a target whose nodes did not all run on the backend it asked for is a ``fallback``
+    strict_backend: bool = False
 
 
 def _path(v: Any, s: Setting) -> Path | None:
@@ -238,6 +240,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("jobs", int, None, "Targets converted, loaded and run at once after the reference (default: "
             "{default}). Latency is always sampled with nothing else running.", RUNNING, parse=_jobs, short="-j",
             min=1, commands=_AUDIT + ("study",), shown="the number of cores"),
+    Setting("strict_backend", bool, False, "Fail a target (status fallback) whose nodes did not all run on the backend "
+            "it asked for (LiteRT's XNNPACK delegate, ONNX Runtime's execution provider; placement in details); ONNX "
+            "Runtime then also refuses a CPU fallback of a GPU provider. Default: {default} (placement is reported only).",
+            RUNNING, parse=lambda v, s: bool(v), flag="--strict-backend/--no-strict-backend", commands=_AUDIT),
     Setting("use_cache", bool, True, "Convert afresh and keep nothing in the artifact cache.", RUNNING,
             parse=lambda v, s: bool(v), flag="--no-cache", negate=True, commands=_LOCAL),
     Setting("cache_dir", Path, None, "Artifact cache (default {default}).", RUNNING, parse=_path,
