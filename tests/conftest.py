@@ -103,3 +103,19 @@ def pytest_runtest_makereport(item, call):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         rep.outcome = "failed"
         rep.longrepr = f"runtime required here (PORTABILITY_REQUIRE_RUNTIMES=1) but the test skipped: {reason}"
+
+
+def _slow_tests() -> set[str]:
+    """The tests ``tests/slow.txt`` lists (``scripts/test_tiers.py`` makes it from a full run's timings)."""
+    f = TESTS / "slow.txt"
+    if not f.is_file():
+        return set()
+    return {ln.split("#", 1)[0].strip() for ln in f.read_text().splitlines() if ln.split("#", 1)[0].strip()}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` what ``tests/slow.txt`` lists: ``-m "not slow"`` is the fast tier."""
+    slow = _slow_tests()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)

@@ -12,6 +12,7 @@ import traceback
 
 import typer
 
+from portability.cli import bundle as bundle_cmd
 from portability.cli import check as check_cmd
 from portability.cli import fix as fix_cmd
 from portability.cli import history as history_cmd
@@ -42,6 +43,8 @@ app.command("audit")(audit_cmd.audit)
 app.command("localize")(localize_cmd.localize)
 app.command("fix")(fix_cmd.fix)
 app.command("serve")(serve_cmd.serve)
+app.command("bundle")(bundle_cmd.bundle)
+app.command("ingest")(bundle_cmd.ingest)
 app.add_typer(setup_cmd.app, name="setup")
 
 

@@ -1,0 +1,201 @@
+"""``portability ingest RESULT``: a bundle's ``result.json`` (``bundle/web.py``) back into a report.
+
+The file is checked before anything is written: complete JSON of the expected shape, the model's sha256
+and the inputs' digest of the report it joins, targets that report ran, metrics that are numbers in
+range, a p50 that is the median of its samples, and a status that follows from the metrics and the
+report's own thresholds for that target (a pass over a breached bound is refused, as is a drift within
+every bound). Each target becomes ``web/<target>@<device>`` in a copy of the report.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from portability.bundle.web import FORMAT_VERSION, RESULT_KIND
+from portability.core.errors import UsageError
+from portability.core.status import COMPARED, Status
+from portability.report.schema import Report, TargetResult
+
+#: the statuses a page can end a target in
+PAGE_STATUSES = (*COMPARED, Status.LOAD_ERROR, Status.RUN_ERROR)
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Refused(UsageError):
+    """A result file that cannot be ingested (one line: why)."""
+
+
+def read(path: Path) -> dict:
+    """The result file's JSON, checked for shape; Refused when truncated, not JSON or not a result."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise Refused(f"{path}: cannot be read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise Refused(f"{path}: not a complete JSON result file (truncated or not JSON: {e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != RESULT_KIND:
+        raise Refused(f"{path}: not a portability web result (its kind is not '{RESULT_KIND}')")
+    if doc.get("version") != FORMAT_VERSION:
+        raise Refused(f"{path}: result format version {doc.get('version')!r}, this portability reads {FORMAT_VERSION}")
+    model, device, targets = doc.get("model"), doc.get("device"), doc.get("targets")
+    if not isinstance(model, dict) or not isinstance(model.get("sha256"), str) or not _HEX64.match(model["sha256"]):
+        raise Refused(f"{path}: no model sha256 in the result")
+    if not isinstance(device, dict) or not isinstance(device.get("user_agent"), str) or not device["user_agent"]:
+        raise Refused(f"{path}: no device (user agent) in the result")
+    if not isinstance(targets, list) or not targets or not all(isinstance(t, dict) for t in targets):
+        raise Refused(f"{path}: no targets in the result")
+    ids = [t.get("id") for t in targets]
+    if len(set(map(str, ids))) != len(ids) or not all(isinstance(i, str) and i.startswith("web/") and "@" not in i for i in ids):
+        raise Refused(f"{path}: target ids must be distinct web target ids, not {ids}")
+    return doc
+
+
+def base_report(doc: dict, spec: str | None) -> tuple[Report, str]:
+    """The report the result joins: ``spec`` (a history run id or a JSON report), else the last run of the
+    history of that model that holds every target of the result."""
+    sha = doc["model"]["sha256"]
+    if spec is not None:
+        from portability.report import baseline
+
+        report, label = baseline.load(spec)
+        if report.model.get("sha256") != sha:
+            raise Refused(f"the result is of model {sha[:12]}, {label} of model {str(report.model.get('sha256'))[:12]}: "
+                          "not the same model")
+        return report, label
+    from portability.report.history import History, HistoryError, default_path
+
+    if default_path().is_file():
+        try:
+            with History() as h:
+                for r in h.runs(model_sha256=sha, limit=200):
+                    report = h.report(r.id)
+                    if report.model.get("sha256") == sha and all(report.target(t["id"]) for t in doc["targets"]):
+                        return report, f"run {r.id}"
+        except HistoryError as e:
+            raise UsageError(str(e)) from None
+    raise Refused(f"no check of model {sha[:12]} with these targets in the history: give its report with --report")
+
+
+def _number(v: Any, what: str, lo: float = -math.inf, hi: float = math.inf) -> float:
+    if v == "inf":
+        v = math.inf
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or not lo <= v <= hi:
+        raise Refused(f"{what} is {v!r}: not a number in [{lo}, {hi}] (a forged or damaged result)")
+    return float(v)
+
+
+def _ref_scale(report: Report, name: str) -> float | None:
+    """The reference's largest magnitude of one output, from the report's output digests."""
+    stats = (((report.output_digests or {}).get("targets") or {}).get(report.reference) or {}).get(name, {}).get("stats")
+    if not stats or stats.get("min") is None:
+        return None
+    return max(abs(stats["min"]), abs(stats["max"]))
+
+
+def _outputs(t: dict, report: Report, where: str) -> dict[str, dict]:
+    """A compared target's per-output drift, checked: numbers in range, the reference's scale as the report has it."""
+    from portability.metrics.bounds import CHECK, judge_output
+
+    outs = t.get("outputs")
+    if not isinstance(outs, dict):
+        raise Refused(f"{where}: no outputs")
+    names = [o["name"] for o in report.model.get("outputs") or []]
+    extra = sorted(set(outs) - set(names))
+    if extra:
+        raise Refused(f"{where}: output {extra[0]!r} is not an output of the model ({', '.join(names)})")
+    stats, breaches = {}, []
+    base = report.target(t["id"])
+    for name, m in outs.items():
+        if not isinstance(m, dict):
+            raise Refused(f"{where}: output {name!r} has no metrics")
+        s = {"max_abs": _number(m.get("max_abs"), f"{where} {name} max_abs", 0.0),
+             "cosine": _number(m.get("cosine"), f"{where} {name} cosine", -1.0, 1.0),
+             "ref_max_abs": _number(m.get("ref_max_abs"), f"{where} {name} ref_max_abs", 0.0)}
+        size = int(_number(m.get("size"), f"{where} {name} size", 1))
+        scale = _ref_scale(report, name)
+        if scale is not None and not math.isclose(scale, s["ref_max_abs"], rel_tol=1e-5, abs_tol=1e-12):
+            raise Refused(f"{where}: output {name!r} was compared with a reference of scale {s['ref_max_abs']:g}, "
+                          f"the report's reference has {scale:g}")
+        if m.get("nonfinite_mismatch"):
+            s["nonfinite_mismatch"] = int(_number(m["nonfinite_mismatch"], f"{where} {name} nonfinite_mismatch", 1))
+        stats[name] = s
+        breaches += [b.text for b in judge_output(name, s, base.thresholds, CHECK, size)]
+    breaches += [f"output '{n}' is missing" for n in names if n not in stats]
+    return {"outputs": stats, "breaches": breaches}
+
+
+def _latency(t: dict, where: str) -> dict:
+    lat = t.get("latency_ms")
+    if not isinstance(lat, dict) or not isinstance(lat.get("samples"), list) or not lat["samples"]:
+        raise Refused(f"{where}: no latency samples")
+    samples = sorted(_number(x, f"{where} latency sample", 0.0, 3.6e6) for x in lat["samples"])
+    n = len(samples)
+    median = samples[n // 2] if n % 2 else (samples[n // 2 - 1] + samples[n // 2]) / 2
+    p50 = _number(lat.get("p50"), f"{where} p50", 0.0)
+    if not math.isclose(p50, median, rel_tol=1e-6, abs_tol=1e-9):
+        raise Refused(f"{where}: p50 {p50:g} ms is not the median of its samples ({median:g} ms)")
+    return {"p50": p50, "samples": [float(x) for x in lat["samples"]]}
+
+
+def check_target(t: dict, report: Report) -> tuple[Status, dict, list[str]]:
+    """(status, metrics, breaches) of one result target, or Refused when it is inconsistent."""
+    where = f"target {t['id']}"
+    if report.target(t["id"]) is None:
+        raise Refused(f"{where} is not in the report it joins")
+    if t.get("status") not in PAGE_STATUSES:
+        raise Refused(f"{where}: status {t.get('status')!r} is not one of {', '.join(PAGE_STATUSES)}")
+    status = Status(t["status"])
+    if status not in COMPARED:
+        if not isinstance(t.get("error"), str) or not t["error"].strip() or t.get("outputs"):
+            raise Refused(f"{where}: an error status needs its error text and no outputs")
+        return status, {}, []
+    judged = _outputs(t, report, where)
+    expected = Status.DRIFT if judged["breaches"] else Status.PASS
+    if status != expected:
+        why = "; ".join(judged["breaches"]) or "every output is within the thresholds"
+        raise Refused(f"{where} says {status} but its metrics make it {expected} ({why}): a forged or inconsistent result")
+    return status, {"outputs": judged["outputs"], "latency_ms": _latency(t, where)}, judged["breaches"]
+
+
+def device_slug(device: dict) -> str:
+    """A short name of the device: its WebGPU adapter (vendor, architecture), else browser and platform."""
+    gpu = device.get("gpu") if isinstance(device.get("gpu"), dict) else None
+    if gpu and not gpu.get("fallback") and (gpu.get("vendor") or gpu.get("architecture")):
+        text = f"{gpu.get('vendor', '')} {gpu.get('architecture', '')}"
+    else:
+        ua = device["user_agent"]
+        m = re.search(r"(HeadlessChrome|Edg|OPR|Chrome|Firefox|Version)/(\d+)", ua)
+        browser = ("safari" if m.group(1) == "Version" else m.group(1)) + "-" + m.group(2) if m else "browser"
+        text = f"{browser} {device.get('platform') or ''}"
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "device"
+
+
+def merge(report: Report, doc: dict, source: str) -> tuple[Report, list[TargetResult]]:
+    """A copy of ``report`` with the result's targets added (replacing an earlier ingest of the same id)."""
+    if doc.get("reference") != report.reference:
+        raise Refused(f"the result was compared with {doc.get('reference')!r}, the report's reference is {report.reference}")
+    inputs = ((report.output_digests or {}).get("inputs") or {}).get("digest")
+    if inputs and doc.get("inputs") != inputs:
+        raise Refused("the result ran other inputs than the report's (their digests differ)")
+    slug = device_slug(doc["device"])
+    software = bool(doc["device"].get("software"))
+    added = []
+    for t in doc["targets"]:
+        status, metrics, breaches = check_target(t, report)
+        base = report.target(t["id"])
+        device = ("software" if software else "gpu") if base.device in ("gpu", "software") else base.device
+        info = t.get("info") if isinstance(t.get("info"), dict) else {}
+        added.append(TargetResult(
+            id=f"{t['id']}@{slug}", platform="web", status=status, gating=base.gating, runtime=base.runtime, device=device,
+            error=str(t["error"])[:2000] if status not in COMPARED else None, metrics=metrics, thresholds=dict(base.thresholds),
+            breaches=tuple(breaches), notes=(f"run in a browser on {slug}, brought back from {Path(source).name}",),
+            details={"device": doc["device"], "engine": {k: v for k, v in info.items() if k not in ("inputs", "outputs")},
+                     "ingested": {"file": str(source), "bundle": doc.get("bundle"), "ran_at": doc.get("created_at")}}))
+    ids = {t.id for t in added}
+    targets = tuple(t for t in report.targets if t.id not in ids) + tuple(added)
+    passed = all(not t.failed for t in targets if t.gating)
+    return replace(report, targets=targets, passed=passed), added
