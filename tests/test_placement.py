@@ -66,6 +66,19 @@ def test_lenet_runs_wholly_on_the_cpu_provider_and_on_xnnpack(tmp_path):
         assert t["mobile/tflite-fp32"]["details"]["placement"]["share"] == 1.0
 
 
+def test_openvino_says_in_which_precision_its_layers_ran(tmp_path):
+    _needs("openvino")
+    t = by_id(check_json(tmp_path, LENET, "--targets", "server/openvino,server/openvino-default", "--runs", "2",
+                         "--no-history"))
+    f32, default = t["server/openvino"]["details"], t["server/openvino-default"]["details"]
+    p = f32["placement"]
+    # the convolutions, poolings and fully connected layers (not the plugin's reorders and constants), in f32
+    assert p["backend"] == "CPU f32" and p["nodes"] == 7 and p["on_backend"] == 7, p
+    want = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(default["inference_precision"],
+                                                                       default["inference_precision"])
+    assert default["placement"]["backend"] == f"CPU {want}" and default["placement"]["nodes"] == 7
+
+
 def test_ort_profiles_the_first_inference_only_and_deletes_the_profile(tmp_path, monkeypatch):
     _needs("onnxruntime")
     from portability.core.artifact import Artifact

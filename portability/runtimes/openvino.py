@@ -13,6 +13,7 @@ turns the ONNX-shaped feeds into its tensors and back, as for LiteRT.
 """
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from typing import Any
@@ -21,10 +22,16 @@ import numpy as np
 
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError
-from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
+from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, placement, time_calls
 from portability.runtimes.litert import batches, from_tflite, tflite_io, to_tflite
 
+log = logging.getLogger(__name__)
+
 _PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16", "default": None}
+
+
+#: execution-graph layers that compute nothing of the model's (inputs, outputs, constants, layout changes)
+_BOOKKEEPING = {"Input", "Output", "Const", "Reorder", "Reshape", "Transpose"}
 
 
 def ov_error(e: Exception, cls=LoadError):
@@ -98,8 +105,27 @@ class OpenVinoCpu(Runtime):
         return ",".join(self.compiled.get_property("EXECUTION_DEVICES"))
 
     def details(self) -> dict[str, Any]:
-        return {"read_from": self.format, "inference_precision": self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string(),
-                "threads": int(self.compiled.get_property("INFERENCE_NUM_THREADS"))}
+        asked = self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+        return {"read_from": self.format, "inference_precision": asked,
+                "threads": int(self.compiled.get_property("INFERENCE_NUM_THREADS")),
+                "placement": self.placement(asked)}
+
+    def placement(self, asked: str) -> dict[str, Any] | None:
+        """The layers the CPU plugin computes (its execution graph, bookkeeping layers aside) in the precision
+        the target asked for (``f32``, or the plugin's own default hint), and the others by type and
+        precision: OpenVINO may compute a layer in another precision than asked (``bf16`` where the CPU has it)."""
+        want = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(asked, asked)
+        ran = []
+        try:
+            for op in self.compiled.get_runtime_model().get_ordered_ops():
+                info = op.get_rt_info()
+                kind, prec = info["layerType"].astype(str), info["runtimePrecision"].astype(str)
+                if kind not in _BOOKKEEPING:
+                    ran.append((f"{kind}@{prec}", prec == want))
+        except Exception as e:  # an execution graph without these fields: no placement rather than no target
+            log.debug("OpenVINO execution graph unreadable: %s", e)
+            return None
+        return placement(f"CPU {want}", ran)
 
     def _call(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         res = self.request.infer(inputs)
