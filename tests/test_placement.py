@@ -107,3 +107,19 @@ def test_the_breach_names_the_share_and_the_ops():
         "12 of 31 nodes (TOPK_V2×10, CUMSUM×2) ran outside XNNPACK (share 0.613 on it)"
     assert off_backend({"placement": dict(placed, on_backend=31, share=1.0, elsewhere={})}) is None
     assert off_backend({}) is None
+
+
+def test_a_runtime_that_only_says_whether_it_was_fully_accelerated():
+    assert off_backend({"placement": {"backend": "webgpu", "fully": True}}) is None
+    text = off_backend({"placement": {"backend": "webgpu", "fully": False}})
+    assert text and "outside webgpu" in text and "not fully accelerated" in text
+
+
+@pytest.mark.web
+def test_litert_js_says_whether_the_whole_model_ran_on_its_accelerator(tmp_path):
+    from portability.runtimes.litert_js import LiteRtJs
+
+    if not LiteRtJs.availability().ok:
+        pytest.skip(f"LiteRT.js unavailable: {LiteRtJs.availability().reason}")
+    t = by_id(check_json(tmp_path, LENET, "--targets", "web/litert-js", "--runs", "2", "--no-history"))["web/litert-js"]
+    assert t["status"] == "pass" and t["details"]["placement"] == {"backend": "wasm", "fully": True}, t

@@ -100,6 +100,9 @@ class LiteRtJs(WebRuntime):
         if self._io:
             d["layout"] = {e.onnx: {"tensor": e.tensor, "to_tflite": list(e.perm) if e.perm is not None else None}
                            for e in self._io.inputs}
+        fully = self._info.get("fullyAccelerated")
+        if isinstance(fully, bool):  # LiteRT.js says whether the whole model, not which nodes
+            d["placement"] = {"backend": self.accelerator, "fully": fully}
         return d
 
     def op_error(self, message: str, cls: type[TargetError]) -> TargetError:

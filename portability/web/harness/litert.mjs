@@ -15,6 +15,8 @@ export async function create(cfg) {
     runtime: 'litert.js',
     version: cfg.version,
     accelerator: model && model.options ? model.options.accelerator : cfg.accelerator,
+    // whether every op runs on the accelerator (false: some fell back to the wasm CPU kernels)
+    fullyAccelerated: model && typeof model.isFullyAccelerated === 'boolean' ? model.isFullyAccelerated : null,
     wasm: cfg.threads > 1 ? 'litert_wasm_threaded_internal' : 'litert_wasm_internal',
     crossOriginIsolated: self.crossOriginIsolated === true,
     device,
