@@ -123,3 +123,20 @@ def test_litert_js_says_whether_the_whole_model_ran_on_its_accelerator(tmp_path)
         pytest.skip(f"LiteRT.js unavailable: {LiteRtJs.availability().reason}")
     t = by_id(check_json(tmp_path, LENET, "--targets", "web/litert-js", "--runs", "2", "--no-history"))["web/litert-js"]
     assert t["status"] == "pass" and t["details"]["placement"] == {"backend": "wasm", "fully": True}, t
+
+
+@pytest.mark.parametrize("xnn,builtin,named", [("drift", "pass", "mobile/tflite-fp32 (xnnpack) drifts"),
+                                               ("pass", "drift", "mobile/tflite-fp32-builtin (builtin) drifts"),
+                                               ("pass", "pass", None)])
+def test_the_litert_kernel_ab_names_the_side_that_drifts(xnn, builtin, named):
+    from types import SimpleNamespace
+
+    from portability.core.status import Status
+    from portability.engine.verdict import delegate_ab
+    from portability.targets import registry
+
+    reg = registry()
+    ids = ["mobile/tflite-fp32", "mobile/tflite-fp32-builtin", "mobile/tflite-fp16"]
+    results = [SimpleNamespace(id=i, status=Status(s)) for i, s in zip(ids, (xnn, builtin, "drift"))]
+    notes = delegate_ab(results, [reg[i] for i in ids])
+    assert (len(notes) == 1 and notes[0].startswith(f"delegate A/B: {named}")) if named else notes == [], notes

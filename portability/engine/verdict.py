@@ -72,21 +72,24 @@ def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[s
 
 def delegate_ab(results: list, targets: list[Target]) -> list[str]:
     """The report's note for a delegate A/B that disagrees: targets of one runtime and one program that differ
-    only in their ``delegate`` variant (ExecuTorch's XNNPACK against its portable kernels), where one drifts
-    and the other passes: the drifting side's kernels are at fault, not the conversion they share."""
+    only in their kernels — ExecuTorch's ``delegate`` variant (XNNPACK against its portable kernels), LiteRT's
+    ``kernels`` option (its XNNPACK delegate against its built-in kernels) — where one drifts and the other
+    passes: the drifting side's kernels are at fault, not the conversion they share."""
     status = {r.id: r.status for r in results}
-    groups: dict[tuple, list[Target]] = {}
+    groups: dict[tuple, list[tuple[Target, str]]] = {}
     for t in targets:
-        if "delegate" in t.variant and t.id in status:
+        side = t.variant.get("delegate") or (t.options or {}).get("kernels") or (
+            "xnnpack" if t.runtime.endswith(":LiteRt") else None)
+        if side and t.id in status:
             rest = tuple(sorted((k, v) for k, v in t.variant.items() if k != "delegate"))
-            groups.setdefault((t.runtime, rest), []).append(t)
+            groups.setdefault((t.runtime, rest), []).append((t, side))
     notes = []
     for group in groups.values():
-        bad = [t for t in group if status[t.id] == Status.DRIFT]
-        good = [t for t in group if status[t.id] == Status.PASS]
-        for b in bad:
-            for g in good:
-                notes.append(f"delegate A/B: {b.id} ({b.variant['delegate']}) drifts where {g.id} "
-                             f"({g.variant['delegate']}) passes on the same program: {b.variant['delegate']}'s "
-                             "kernels are at fault, not the conversion")
+        bad = [(t, s) for t, s in group if status[t.id] == Status.DRIFT]
+        good = [(t, s) for t, s in group if status[t.id] == Status.PASS]
+        for b, bs in bad:
+            for g, gs in good:
+                if bs != gs:
+                    notes.append(f"delegate A/B: {b.id} ({bs}) drifts where {g.id} ({gs}) passes on the same "
+                                 f"program: {bs}'s kernels are at fault, not the conversion")
     return notes

@@ -14,6 +14,10 @@ ARM64_TIMEOUT_S = 900  # qemu runs everything ~250x slower; the emulated interpr
 TARGETS = [
     Target(id="mobile/tflite-fp32", runtime=LITERT, variant={"quant": "fp32"},
            description="LiteRT (XNNPACK, 4 threads) on the float32 .tflite"),
+    Target(id="mobile/tflite-fp32-builtin", runtime=LITERT, variant={"quant": "fp32"}, options={"kernels": "builtin"},
+           gating=False,
+           description="LiteRT's built-in kernels on the same float32 .tflite, no XNNPACK delegate: the kernel A/B of "
+           "mobile/tflite-fp32 (when one drifts and the other passes, the report names the delegate; a cross-check)"),
     Target(id="mobile/tflite-fp16", runtime=LITERT, variant={"quant": "fp16"}, thresholds=FP16,
            description="LiteRT on the float16-weights .tflite"),
     Target(id="mobile/tflite-dynint8", runtime=LITERT, variant={"quant": "dynint8"}, thresholds=DYNINT8,
