@@ -1,6 +1,7 @@
 """What a new user sees on models that are not the fixtures: errors that name the cause, statuses that say
 what happened, no pass without evidence. Each case is a model built here, the smallest that shows it."""
 import numpy as np
+import pytest
 import onnx
 from onnx import TensorProto, helper
 
@@ -229,3 +230,31 @@ def test_a_target_too_slow_for_the_robustness_samples_skips_robustness_and_says_
     assert t["status"] == "pass" and "samples" not in t["details"], t
     rob = t["metrics"]["robustness"]
     assert rob["available"] is False and "over half of this target's 4 s run time limit" in rob["reason"], rob
+
+
+def test_the_tfjs_converter_failure_names_the_ops_not_the_font_library():
+    from portability.converters.tfjs import _failure_lines
+
+    log = ("Fontconfig error: Cannot load default config file: No such file: (null)\n"
+           "I0000 00:00:1795760229.988532 18163 port.cc:153] oneDNN custom operations are on.\n"
+           "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+           "ValueError: Unsupported Ops in the model after optimization\n_MklLayerNorm\n")
+    assert _failure_lines(log) == ["ValueError: Unsupported Ops in the model after optimization", "_MklLayerNorm"]
+
+
+def test_the_tfjs_converter_runs_without_onednn_rewrites(monkeypatch, tmp_path):
+    """TensorFlow's oneDNN rewrites fuse ops into ones no TF.js backend has (``_MklLayerNorm``): the converter
+    runs with them off."""
+    from portability.converters import tfjs
+
+    seen = {}
+    monkeypatch.setattr(tfjs, "run_tool", lambda cmd, what, timeout, **env: seen.update(env) or
+                        type("P", (), {"returncode": 1, "stdout": "ValueError: boom"})())
+    monkeypatch.setattr(tfjs, "require", lambda *a, **k: None)
+    from portability.core.artifact import Artifact
+    from portability.core.errors import ConvertError
+
+    src = Artifact(path=tmp_path / "saved_model.pb", format="saved_model", sha256="", meta={})
+    with pytest.raises(ConvertError, match="boom"):
+        tfjs.TfjsFromSavedModel().convert(src, tmp_path / "out", {"quantize": None}, type("C", (), {"timeout_s": 5})())
+    assert seen.get("TF_ENABLE_ONEDNN_OPTS") == "0"

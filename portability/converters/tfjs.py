@@ -43,11 +43,18 @@ _NEEDS = {"tensorflowjs": "pip install --no-deps tensorflowjs==4.22.0 (see requi
           "tensorflow": "pip install tensorflow-cpu", "tf_keras": "pip install --no-deps tf-keras"}
 
 
+#: what the converter's process says that is no part of its failure (TensorFlow's start-up, a font library's
+#: missing configuration on a machine without fonts)
+_NOISE = ("I0000", "W0000", "WARNING: All log messages", "Fontconfig ")
+
+
 def _failure_lines(log: str, limit: int = 8) -> list[str]:
-    lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("I0000", "W0000", "WARNING: All log messages"))]
-    picked = [ln for ln in lines if "Error" in ln or "error:" in ln or "not supported" in ln or "Unsupported" in ln]
-    return (picked or lines)[-limit:]
+    """The converter's own explanation: the unsupported ops first, then its error lines, noise left out."""
+    lines = [ln.rstrip() for ln in log.splitlines() if ln.strip() and not ln.lstrip().startswith(_NOISE)]
+    at = [i for i, ln in enumerate(lines) if "Unsupported" in ln or "not supported" in ln]
+    ops = [lines[j] for i in at for j in (i, i + 1) if j < len(lines)]  # the ops follow on the next line
+    errors = [ln for ln in lines if ("Error" in ln or "error:" in ln) and ln not in ops]
+    return (ops + errors)[:limit] if ops else (errors or lines)[-limit:]
 
 
 def tfjs_io(model_json: dict, saved_model_meta: dict) -> dict[str, Any]:
@@ -102,7 +109,7 @@ class TfjsFromSavedModel(Converter):
     uses = ("tensorflowjs",)
 
     def version(self) -> str:
-        return f"2+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
+        return f"3+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require(_NEEDS, "to convert to TF.js")
@@ -112,7 +119,9 @@ class TfjsFromSavedModel(Converter):
         cmd = [sys.executable, "-c", _BOOT, "--input_format=tf_saved_model", "--output_format=tfjs_graph_model",
                "--signature_name=serving_default", "--saved_model_tags=serve", "--use_structured_outputs_names=true",
                *QUANTIZE[quantize], str(src.folder), str(out_dir)]
-        p = run_tool(cmd, "tensorflowjs converter", ctx.timeout_s, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1")
+        # oneDNN's graph rewrites (a LayerNorm fused into _MklLayerNorm on x86) make ops no TF.js backend has
+        p = run_tool(cmd, "tensorflowjs converter", ctx.timeout_s, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1",
+                     TF_ENABLE_ONEDNN_OPTS="0")
         model = out_dir / "model.json"
         if p.returncode != 0 or not model.is_file():
             lines = _failure_lines(p.stdout)
