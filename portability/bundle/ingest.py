@@ -1,10 +1,11 @@
-"""``portability ingest RESULT``: a bundle's ``result.json`` (``bundle/web.py``) back into a report.
+"""``portability ingest RESULT``: a bundle's ``result.json`` (``bundle/web.py``, ``bundle/mobile.py``) back into a report.
 
 The file is checked before anything is written: complete JSON of the expected shape, the model's sha256
 and the inputs' digest of the report it joins, targets that report ran, metrics that are numbers in
 range, a p50 that is the median of its samples, and a status that follows from the metrics and the
 report's own thresholds for that target (a pass over a breached bound is refused, as is a drift within
-every bound). Each target becomes ``web/<target>@<device>`` in a copy of the report.
+every bound). Each target becomes ``web/<target>@<device>`` (``mobile/...`` for a mobile bundle's) in a
+copy of the report.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from portability.bundle.mobile import RESULT_KIND as MOBILE_RESULT_KIND
 from portability.bundle.web import FORMAT_VERSION, RESULT_KIND
 from portability.core.errors import UsageError
 from portability.core.status import COMPARED, Status
@@ -23,6 +25,8 @@ from portability.report.schema import Report, TargetResult
 #: the statuses a page can end a target in
 PAGE_STATUSES = (*COMPARED, Status.LOAD_ERROR, Status.RUN_ERROR)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+#: each result kind's platform, and the device field that names where it ran
+KINDS = {RESULT_KIND: ("web", "user_agent"), MOBILE_RESULT_KIND: ("mobile", "machine")}
 
 
 class Refused(UsageError):
@@ -37,20 +41,22 @@ def read(path: Path) -> dict:
         raise Refused(f"{path}: cannot be read: {e}") from None
     except json.JSONDecodeError as e:
         raise Refused(f"{path}: not a complete JSON result file (truncated or not JSON: {e.msg} at line {e.lineno})") from None
-    if not isinstance(doc, dict) or doc.get("kind") != RESULT_KIND:
-        raise Refused(f"{path}: not a portability web result (its kind is not '{RESULT_KIND}')")
+    if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
+        raise Refused(f"{path}: not a portability bundle result (its kind is not '{RESULT_KIND}' or '{MOBILE_RESULT_KIND}')")
+    platform, named_by = KINDS[doc["kind"]]
     if doc.get("version") != FORMAT_VERSION:
         raise Refused(f"{path}: result format version {doc.get('version')!r}, this portability reads {FORMAT_VERSION}")
     model, device, targets = doc.get("model"), doc.get("device"), doc.get("targets")
     if not isinstance(model, dict) or not isinstance(model.get("sha256"), str) or not _HEX64.match(model["sha256"]):
         raise Refused(f"{path}: no model sha256 in the result")
-    if not isinstance(device, dict) or not isinstance(device.get("user_agent"), str) or not device["user_agent"]:
-        raise Refused(f"{path}: no device (user agent) in the result")
+    if not isinstance(device, dict) or not isinstance(device.get(named_by), str) or not device[named_by]:
+        raise Refused(f"{path}: no device ({named_by.replace('_', ' ')}) in the result")
     if not isinstance(targets, list) or not targets or not all(isinstance(t, dict) for t in targets):
         raise Refused(f"{path}: no targets in the result")
     ids = [t.get("id") for t in targets]
-    if len(set(map(str, ids))) != len(ids) or not all(isinstance(i, str) and i.startswith("web/") and "@" not in i for i in ids):
-        raise Refused(f"{path}: target ids must be distinct web target ids, not {ids}")
+    if len(set(map(str, ids))) != len(ids) or not all(isinstance(i, str) and i.startswith(platform + "/") and "@" not in i
+                                                      for i in ids):
+        raise Refused(f"{path}: target ids must be distinct {platform} target ids, not {ids}")
     return doc
 
 
@@ -162,9 +168,12 @@ def check_target(t: dict, report: Report) -> tuple[Status, dict, list[str]]:
 
 
 def device_slug(device: dict) -> str:
-    """A short name of the device: its WebGPU adapter (vendor, architecture), else browser and platform."""
+    """A short name of the device: its WebGPU adapter (vendor, architecture), else browser and platform; for
+    a mobile bundle's, its machine and board or CPU."""
     gpu = device.get("gpu") if isinstance(device.get("gpu"), dict) else None
-    if gpu and not gpu.get("fallback") and (gpu.get("vendor") or gpu.get("architecture")):
+    if "user_agent" not in device:
+        text = f"{device['machine']} {device.get('board') or device.get('cpu') or ''}"
+    elif gpu and not gpu.get("fallback") and (gpu.get("vendor") or gpu.get("architecture")):
         text = f"{gpu.get('vendor', '')} {gpu.get('architecture', '')}"
     else:
         ua = device["user_agent"]
@@ -182,6 +191,8 @@ def merge(report: Report, doc: dict, source: str) -> tuple[Report, list[TargetRe
     if inputs and doc.get("inputs") != inputs:
         raise Refused("the result ran other inputs than the report's (their digests differ)")
     slug = device_slug(doc["device"])
+    platform = KINDS[doc["kind"]][0]
+    where = f"in a browser on {slug}" if platform == "web" else f"on {slug}"
     software = bool(doc["device"].get("software"))
     added = []
     for t in doc["targets"]:
@@ -190,9 +201,9 @@ def merge(report: Report, doc: dict, source: str) -> tuple[Report, list[TargetRe
         device = ("software" if software else "gpu") if base.device in ("gpu", "software") else base.device
         info = t.get("info") if isinstance(t.get("info"), dict) else {}
         added.append(TargetResult(
-            id=f"{t['id']}@{slug}", platform="web", status=status, gating=base.gating, runtime=base.runtime, device=device,
+            id=f"{t['id']}@{slug}", platform=platform, status=status, gating=base.gating, runtime=base.runtime, device=device,
             error=str(t["error"])[:2000] if status not in COMPARED else None, metrics=metrics, thresholds=dict(base.thresholds),
-            breaches=tuple(breaches), notes=(f"run in a browser on {slug}, brought back from {Path(source).name}",),
+            breaches=tuple(breaches), notes=(f"run {where}, brought back from {Path(source).name}",),
             details={"device": doc["device"], "engine": {k: v for k, v in info.items() if k not in ("inputs", "outputs")},
                      "ingested": {"file": str(source), "bundle": doc.get("bundle"), "ran_at": doc.get("created_at")}}))
     ids = {t.id for t in added}

@@ -216,13 +216,28 @@ def _copy_page(folder: Path, npm: list[str]) -> None:
         shutil.copy2(src, folder / "m" / rel)
 
 
-def build(model: Path, targets: str, folder: Path, **options: Any) -> Bundled:
-    """Check ``model`` on its reference and the web ``targets``, then write the bundle to ``folder`` (which
-    must be empty or absent). Targets that did not run to outputs here are left out (``skipped``)."""
+@dataclass(frozen=True)
+class Checked:
+    """An ordinary check of a model for a bundle: the chosen targets, the report, the reference's outputs
+    and the inputs made again as the check made them (one dict per batch)."""
+    opts: Any
+    chosen: list
+    report: Any
+    kept: dict
+    feeds: Any
+    batches: list
+    ref: dict
+    cache_root: Path
+
+
+def checked(model: Path, targets: str, folder: Path, platform: str, **options: Any) -> Checked:
+    """Check ``model`` on its reference and the ``platform`` targets of ``targets`` (``folder``, the bundle's,
+    must be empty or absent; it is created)."""
     from portability import api
     from portability.core import inputs as inp
     from portability.core.dirs import default_root
     from portability.engine.pipeline import check
+    from portability.report.golden import digest
     from portability.sources import load_source_isolated
     from portability.targets import expand
 
@@ -230,28 +245,42 @@ def build(model: Path, targets: str, folder: Path, **options: Any) -> Bundled:
     if folder.exists() and any(folder.iterdir()):
         raise UsageError(f"{folder} is not empty: give a new or empty folder for the bundle")
     opts = api.options(targets, **options)
-    chosen = [t for t in expand(opts.targets) if t.platform == "web"]
+    chosen = [t for t in expand(opts.targets) if t.platform == platform]
     if not chosen:
-        raise UsageError(f"--targets {targets} names no web target")
+        raise UsageError(f"--targets {targets} names no {platform} target")
     info = load_source_isolated(model, sandbox=opts.sandbox, shapes=opts.shapes)
     kept: dict = {}
     report = check(model, opts, model=info, kept=kept)
     feeds = inp.prepare(info, opts)
-    from portability.report.golden import digest
-
     if digest(feeds.arrays) != kept["inputs"]["digest"]:
         raise UsageError("the inputs could not be made again as the check made them: give them with --inputs")
-    batches = [feeds.batch(i) for i in range(feeds.batches)]
-    ref = kept["outputs"][report.reference]
     folder.mkdir(parents=True, exist_ok=True)
+    return Checked(opts, chosen, report, kept, feeds, [feeds.batch(i) for i in range(feeds.batches)],
+                   kept["outputs"][report.reference], Path(opts.cache_dir) if opts.cache_dir else default_root())
+
+
+def not_run(tid: str, r) -> str | None:
+    """Why a target of the check cannot be bundled (it did not run to outputs here), else None."""
+    if r is None or r.status not in COMPARED or not r.artifact:
+        return f"{tid} ({r.status if r else 'absent'}: {(r.error or '').splitlines()[0] if r and r.error else 'did not run here'})"
+    return None
+
+
+def build(model: Path, targets: str, folder: Path, **options: Any) -> Bundled:
+    """Check ``model`` on its reference and the web ``targets``, then write the bundle to ``folder`` (which
+    must be empty or absent). Targets that did not run to outputs here are left out (``skipped``)."""
+    folder = Path(folder)
+    c = checked(model, targets, folder, "web", **options)
+    report, kept, feeds = c.report, c.kept, c.feeds
     (folder / "a").mkdir()
     entries, skipped = [], []
-    for t in chosen:
+    for t in c.chosen:
         r = report.target(t.id)
-        if r is None or r.status not in COMPARED or not r.artifact:
-            skipped.append(f"{t.id} ({r.status if r else 'absent'}: {(r.error or '').splitlines()[0] if r and r.error else 'did not run here'})")
+        why = not_run(t.id, r)
+        if why:
+            skipped.append(why)
             continue
-        entries.append(_target(folder, t, r, ref, batches, Path(opts.cache_dir) if opts.cache_dir else default_root()))
+        entries.append(_target(folder, t, r, c.ref, c.batches, c.cache_root))
     if not entries:
         raise UsageError("no web target ran here to outputs: nothing to bundle (" + "; ".join(skipped) + ")")
     _copy_page(folder, [f for e in entries for f in e.pop("npm")])
@@ -259,7 +288,12 @@ def build(model: Path, targets: str, folder: Path, **options: Any) -> Bundled:
                 "model": {"name": Path(model).name, "sha256": report.model.get("sha256")},
                 "inputs": {"digest": kept["inputs"]["digest"], "batches": feeds.batches},
                 "reference": report.reference, "created_at": report.created_at, "targets": entries}
+    write_manifest(folder, manifest)
+    return Bundled(folder, manifest, report, tuple(skipped))
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    """``manifest.json``, with its ``id``: the digest of the rest."""
     text = json.dumps(manifest, indent=1, sort_keys=True)
     manifest["id"] = hashlib.sha256(text.encode()).hexdigest()[:16]
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    return Bundled(folder, manifest, report, tuple(skipped))

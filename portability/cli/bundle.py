@@ -1,5 +1,6 @@
-"""``portability bundle MODEL --targets web -o DIR`` and ``portability ingest RESULT``: the web targets
-run in a person's own browser, and their results brought back into a report."""
+"""``portability bundle MODEL --targets web|mobile -o DIR`` and ``portability ingest RESULT``: the web targets
+run in a person's own browser, the mobile ones on a device (``run.py``), and their results brought back
+into a report."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,7 @@ import typer
 def bundle(
     model: Path = typer.Argument(..., help="The model (as for check).", show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="The folder to write (new or empty).", show_default=False),
-    targets: str = typer.Option("web", "--targets", "-t", help="Web platform or web target ids, comma-separated."),
+    targets: str = typer.Option("web", "--targets", "-t", help="web or mobile (a platform or its target ids, comma-separated; one platform per bundle)."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", help="NAME=DIMS for dynamic dimensions (as for check)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the check's JSON report here (for ingest --report)."),
     no_history: bool = typer.Option(False, "--no-history", help="Do not record the check in the history database."),
@@ -19,15 +20,20 @@ def bundle(
     host: str = typer.Option("127.0.0.1", "--host", help="With --serve: the address to listen on."),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="With --serve: the port (0: a free one)."),
 ) -> int:
-    """Check MODEL on its reference and the web targets here, then write a folder that runs those targets in
-    any browser (index.html), compares them with the reference's outputs there and offers result.json."""
+    """Check MODEL on its reference and the web or mobile targets here, then write a folder that runs those
+    targets in any browser (index.html) or on a device with Python (run.py), compares them with the
+    reference's outputs there and writes result.json."""
     from rich.console import Console
 
-    from portability.bundle.web import build
+    from portability.bundle import build, platform_of
     from portability.cli import outputs
 
     err = Console(stderr=True)
     outputs.require_writable(json_path)
+    if serve and platform_of(targets) != "web":
+        from portability.core.errors import UsageError
+
+        raise UsageError("--serve serves a web bundle: a mobile bundle's folder is copied to the device")
     with err.status("checking and bundling…"):
         b = build(model, targets, out, shapes=shape or None)
     if json_path:
@@ -56,13 +62,13 @@ def bundle(
 
 
 def ingest(
-    result: Path = typer.Argument(..., help="The result.json a bundle's page offered.", show_default=False),
+    result: Path = typer.Argument(..., help="The result.json a bundle's page or run.py wrote.", show_default=False),
     report: Optional[str] = typer.Option(None, "--report", help="The report it joins: a history run id or a JSON report (default: the last check of that model in the history with those targets)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report with the result's targets added here (JSON)."),
     no_history: bool = typer.Option(False, "--no-history", help="Do not record the joined report in the history database."),
 ) -> int:
-    """Add a bundle's browser results to a report, as web/TARGET@DEVICE targets; a file that is truncated, of
-    another model or inconsistent is refused (exit 2) and nothing is written."""
+    """Add a bundle's results to a report, as web/TARGET@DEVICE or mobile/TARGET@DEVICE targets; a file that
+    is truncated, of another model or inconsistent is refused (exit 2) and nothing is written."""
     from rich.console import Console
 
     from portability.bundle.ingest import base_report, merge, read
