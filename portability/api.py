@@ -38,7 +38,7 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
     for a bad model, inputs or options. Never prints."""
     import tempfile
 
-    from portability.engine.pipeline import check as run_check
+    from portability.engine.grid import check as run_check  # one check, or one per --shape-grid shape
     from portability.sources import live
 
     settings = options(targets, dataset=dataset, **opts)

@@ -331,3 +331,18 @@ def test_snr_is_the_references_energy_over_the_differences_in_db():
     assert output_drift(r, 0.9 * r)["snr_db"] == 20.0  # a difference of a tenth of the signal: 20 dB
     assert output_drift(r, 0.99 * r)["snr_db"] == 40.0
     assert output_drift(np.zeros(4), np.ones(4))["snr_db"] == float("-inf")
+
+
+def test_a_failing_target_names_the_route_that_made_its_model():
+    from portability.report.markdown import _what_failed
+    from portability.report.schema import TargetResult
+    from portability.report.table import explain
+
+    convs = [{"converter": "OnnxFromOnnx 2+onnx1.23.2"}, {"converter": "SavedModelFromOnnx 3+onnx2tf1.29.24"},
+             {"converter": "TfliteFromSavedModel 3+onnx2tf1.29.24"}]
+    t = TargetResult(id="mobile/tflite-fp16", platform="mobile", status="load-error", gating=True, error="FlexErf",
+                     details={"conversions": convs})
+    assert t.route == "SavedModelFromOnnx → TfliteFromSavedModel"  # the snapshot of ONNX into itself left out
+    assert "route SavedModelFromOnnx → TfliteFromSavedModel" in _what_failed(t) and "route" in explain(t)
+    ok = TargetResult(id="server/ort-cpu", platform="server", status="pass", gating=True, details={"conversions": convs[:1]})
+    assert ok.route is None and "route" not in explain(ok)

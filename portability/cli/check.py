@@ -91,7 +91,7 @@ def _check(f: dict[str, Any], flags: dict[str, Any]) -> int:
     from portability.sources import load_source_isolated
     from portability.settings.config import COMPARE
     from portability.settings.options import resolve
-    from portability.engine.pipeline import check as run_check
+    from portability.engine.grid import check as run_check  # one check, or one per --shape-grid shape
 
     err = Console(stderr=True)
     cfg = _settings(f)

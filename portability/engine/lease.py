@@ -52,9 +52,11 @@ class Runner:
         self.judge = Evaluator(model, feeds, opts, rob, chosen.targets[0].id, chosen.records)
         self.targets = chosen.targets
         self.in_names = tuple(i.name for i in model.inputs)
-        #: the static shape of every input with a dynamic dimension, as the feeds have it: what converters get
-        self.input_shapes = {s.name: [int(d) for d in feeds.arrays[s.name].shape[1:]] for s in model.inputs
-                             if any(not isinstance(d, int) for d in s.shape)}
+        #: the static shape of every input with a dynamic dimension, as the feeds have it (or as
+        #: ``opts.convert_shapes`` gives it): what converters get
+        conv = getattr(opts, "convert_shapes", None) or {}
+        self.input_shapes = {s.name: [int(d) for d in conv.get(s.name, feeds.arrays[s.name].shape[1:])]
+                             for s in model.inputs if any(not isinstance(d, int) for d in s.shape)}
         self.feeds_file = workdir / "feeds.npz"
         self.check_id = workdir.name  # unique per check (a fresh temporary folder)
         save_feeds(feeds.arrays, self.feeds_file, self.in_names)

@@ -26,6 +26,8 @@ def _what_failed(t: TargetResult) -> str:
     parts = list(t.breaches) or ([t.error] if t.error else [t.status])
     if t.op:
         parts.append(f"op `{t.op}`" + (f" (node `{t.node}`)" if t.node else ""))
+    if t.route:
+        parts.append(f"route {t.route}")
     return "; ".join(parts)
 
 
@@ -83,6 +85,13 @@ def render(report: Report, diff: Diff | None = None) -> str:
 
     for pkg, head, rows in tables(report):
         lines += ["", f"### Versions of {pkg}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    from portability.report.grid import rows as grid_rows
+
+    head, rows = grid_rows(report)
+    if rows:
+        lines += ["", "### Shapes × targets", "", "| " + " | ".join(_cell(c) for c in head) + " |",
+                  "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     notes = list(report.notes) + [f"`{t.id}`: {explain(t)}" for t in report.targets
                                   if t.status == Status.SKIPPED and explain(t)]

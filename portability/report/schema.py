@@ -5,6 +5,8 @@ Arrays never enter the report.
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -54,6 +56,14 @@ class TargetResult:
     @property
     def failed(self) -> bool:
         return self.status in FAILING
+
+    @property
+    def route(self) -> str | None:
+        """The converters that made this target's model, in order (``A → B``), a snapshot of a format into
+        itself left out; None where none ran (the source's own format)."""
+        steps = [str(c.get("converter", "")).split(" ")[0] for c in (self.details or {}).get("conversions") or []]
+        steps = [s for s in steps if s and not re.fullmatch(r"(\w+)From\1", s)]
+        return " → ".join(steps) or None
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

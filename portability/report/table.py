@@ -19,6 +19,8 @@ def explain(t: TargetResult) -> str:
     parts += list(t.breaches)
     if t.op:
         parts.append(f"op {t.op}" + (f" (node {t.node})" if t.node else ""))
+    if t.failed and t.route:
+        parts.append(f"route {t.route}")
     if t.hint:
         parts.append(f"fix: {t.hint}")
     parts += list(t.notes)
@@ -42,7 +44,8 @@ def render(report: Report) -> Table:
 
 
 def versions(report: Report) -> list[Table]:
-    """The runtime-version matrix (``check --versions``): a table per package."""
+    """The runtime-version matrix (``check --versions``): a table per package; then the shapes x targets
+    table (``check --shape-grid``)."""
     from portability.report.versions import tables
 
     out = []
@@ -53,6 +56,17 @@ def versions(report: Report) -> list[Table]:
             t.add_column(col, justify="left", no_wrap=i == 0)
         for row in rows:
             t.add_row(*row)
+        out.append(t)
+    from portability.report.grid import rows as grid_rows
+
+    head, rows = grid_rows(report)
+    if rows:
+        t = Table(title="shapes x targets: status at each shape (artifacts converted at the first)",
+                  title_justify="left", expand=False)
+        for i, col in enumerate(head):
+            t.add_column(col, justify="left", no_wrap=i == 0)
+        for row in rows:
+            t.add_row(*(Text(c) for c in row))
         out.append(t)
     return out
 

@@ -76,6 +76,10 @@ class CheckOptions:
     timeout_explicit: bool = False
     #: a target whose nodes did not all run on the backend it asked for is a ``fallback``
     strict_backend: bool = False
+    #: ``--shape-grid``: NAME=DIMS,DIMS,... (``engine/grid.py``: one check per shape, the first one converting)
+    shape_grid: list[str] = field(default_factory=list)
+    #: {input: dims} the converters get instead of the feeds' shapes (a grid's further shapes reuse the first's)
+    convert_shapes: dict | None = None
 
 
 def _path(v: Any, s: Setting) -> Path | None:
@@ -218,6 +222,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shapes", list, None, "Fix dynamic dims: NAME=1x3x224x224 (repeatable). Default: leading dim 1, others "
             "32, with a warning. The converters get them too.", INPUTS, parse=_shapes, flag="--shape",
             commands=_ALL_CMDS, file=(list, dict)),
+    Setting("shape_grid", list, None, "NAME=DIMS,DIMS,... (repeatable; the lists zipped, all of one length): check "
+            "at each shape in turn. Every target is converted at the first shape only, then its artifact is run at "
+            "the others as TARGET~NAME=DIMS, with a shapes x targets table: a converter that fixed a dynamic axis "
+            "shows there.", INPUTS, parse=lambda v, s: [v] if isinstance(v, str) else list(v or []),
+            file=(list, str)),
     Setting("scores_output", str, None, "The output that holds class scores, for accuracy with --dataset and for "
             "robustness (default: {default}).", INPUTS, commands=_AUDIT, shown="the first [batch, classes] float output"),
     Setting("samples", int, None, "Synthesized batches (default 8), or the most dataset samples to use (default "
