@@ -40,9 +40,16 @@ def _resident_session(tmp_path_factory):
     from portability.resident import client
 
     sock = tmp_path_factory.getbasetemp() / "serve.sock"
+    if len(str(sock)) > 100:  # a Unix socket's path has room for 107 bytes
+        sock = Path(f"/tmp/portability-tests-{os.getpid()}.sock")
     os.environ[client.SOCKET_ENV] = str(sock)
     if client.mode() == "auto":
-        client.start(sock, idle_s=3600)
+        try:
+            client.start(sock, idle_s=3600)
+        except client.Unreachable as e:  # the checks then start their own services, and say so
+            import warnings
+
+            warnings.warn(f"no resident session for the tests: {e}")
     yield sock
     try:
         client.request("stop", sock)
