@@ -135,21 +135,43 @@ def _start(path: Path, idle_s: float) -> dict:
         except Unreachable:
             pass
         path.unlink(missing_ok=True)  # a stale socket of a resident process that died
-        with open(path.with_suffix(".log"), "ab") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "portability.resident.server", "--socket", str(path),
-                                     "--idle", str(idle_s)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=err, start_new_session=True, close_fds=True)
+        log_file = path.with_suffix(".log")
+        # started through a shell that leaves it behind: it is no child of this check, which may end first
+        argv = [sys.executable, "-m", "portability.resident.server", "--socket", str(path), "--idle", str(idle_s)]
+        with open(log_file, "ab") as err:
+            sh = subprocess.run(["/bin/sh", "-c", '"$@" </dev/null >/dev/null & echo $!', "sh", *argv],
+                                stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True, text=True)
+        pid = int(sh.stdout.strip() or 0)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise Unreachable(f"the resident session exited at start (code {proc.returncode}; "
-                                  f"see {path.with_suffix('.log')})")
+            if not _alive(pid):
+                raise Unreachable(f"the resident session exited at start (see {log_file})")
             try:
                 return request("status", path)
             except Unreachable:
                 time.sleep(0.05)
-        proc.kill()
+        _kill(pid)
         raise Unreachable(f"the resident session did not listen within {START_TIMEOUT_S:g} s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a process that exited but was not reaped yet
+        return not Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
 
 
 class Lease:
