@@ -17,7 +17,8 @@ from conftest import ROOT, by_id, run_cli
 pytestmark = [pytest.mark.web]
 
 LENET = ROOT / "fixtures" / "lenet.onnx"
-TARGETS = ("web/ort-wasm", "web/tfjs-cpu")
+#: onnxruntime-web, TF.js (channels-last) and LiteRT.js (outputs named by signature key, not tensor)
+TARGETS = ("web/ort-wasm", "web/tfjs-cpu", "web/litert-js")
 
 
 def _missing() -> str | None:

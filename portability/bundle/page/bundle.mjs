@@ -98,8 +98,11 @@ async function runTarget(t) {
     if (!res.ok) { row.error = `${res.stage}: ${res.error}`; return row; }
     const refBuf = await (await fetch(here(t.reference.url))).arrayBuffer();
     const problems = [];
-    for (const d of t.reference.outputs) {
-      const parts = res.outputs.map((descs) => descs.find((x) => x.name === d.name)).map((x) => (x ? view(body, x) : null));
+    const refs = t.reference.outputs;
+    for (const [i, d] of refs.entries()) {
+      // by name; where the engine names its outputs otherwise (LiteRT.js: by signature key), by position
+      const pick = (descs) => descs.find((x) => x.name === d.name) || (descs.length === refs.length ? descs[i] : undefined);
+      const parts = res.outputs.map(pick).map((x) => (x ? view(body, x) : null));
       if (parts.some((p) => p === null)) { problems.push(`output '${d.onnx}' is missing`); continue; }
       const m = drift(view(refBuf, d), parts);
       if (m.problem) { problems.push(`output '${d.onnx}' has ${m.problem}`); continue; }
