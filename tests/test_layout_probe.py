@@ -113,3 +113,15 @@ def test_a_wrong_tflite_lends_no_layout_to_the_savedmodel_or_tfjs(tmp_path, monk
     doc = {"signature": {"inputs": {key: {"name": f"{key}:0", "dtype": "DT_FLOAT", "tensorShape": {"dim": []}}},
                          "outputs": {own["outputs"][0]["key"]: {}}}}
     assert tfjs_io(doc, sm.meta)["inputs"][0]["to_tfjs"] == NHWC
+
+
+def test_outputs_named_with_a_leading_slash_pair_by_onnx2tf_spelling_not_position():
+    """onnx2tf spells a name that starts with '/' (torch.onnx's) as 'wa/...' in the signature: two outputs of
+    one shape paired by position came out swapped (a SiLU's Conv and Sigmoid outputs, on a YOLOv8 cut)."""
+    from portability.converters.tflite_layout import _match
+
+    onnx = [{"name": "/model.3/conv/Conv_output_0"}, {"name": "/model.3/act/Sigmoid_output_0"}]
+    details = [{"index": 52, "name": "PartitionedCall:1"}, {"index": 53, "name": "PartitionedCall:0"}]
+    sig = {"wa/model.3/act/Sigmoid_output_0": 53, "wa/model.3/conv/Conv_output_0": 52}
+    pairs = _match(onnx, details, sig, "outputs")
+    assert [d["index"] for d in pairs] == [52, 53]

@@ -50,7 +50,7 @@ class TfliteFromOnnx2(Converter):
     cost = 3
 
     def version(self) -> str:
-        return f"1+onnx2tf{VERSION}+litert{package_version('ai-edge-litert')}"
+        return f"2+onnx2tf{VERSION}+litert{package_version('ai-edge-litert')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         from portability.converters.onnx2tf import failed, meaningful_lines

@@ -69,9 +69,11 @@ def _perms(onnx_shape: list, tfl_shape: list, same) -> list[tuple[int, ...]]:
 
 
 def _sanitized(name: str) -> set[str]:
-    """The spellings onnx2tf may give an ONNX tensor name in a signature."""
+    """The spellings onnx2tf may give an ONNX tensor name in a signature (a name that starts with ``/``, as
+    torch.onnx's do, becomes ``wa/...``: a TensorFlow name cannot start with a slash)."""
     s = name.replace(":", "__")
-    return {name, s, re.sub(r"^/", "", s), re.sub(r"[^A-Za-z0-9_.\-/]", "_", s)}
+    spellings = {name, s, re.sub(r"^/", "", s), re.sub(r"[^A-Za-z0-9_.\-/]", "_", s)}
+    return spellings | {"wa" + x for x in spellings if x.startswith("/")}
 
 
 def _match(onnx_tensors: list[dict], details: list[dict], sig: dict[str, int] | None, kind: str) -> list[dict]:
