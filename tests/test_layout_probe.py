@@ -121,7 +121,7 @@ def test_outputs_named_with_a_leading_slash_pair_by_onnx2tf_spelling_not_positio
     from portability.converters.tflite_layout import _match
 
     onnx = [{"name": "/model.3/conv/Conv_output_0"}, {"name": "/model.3/act/Sigmoid_output_0"}]
-    details = [{"index": 52, "name": "PartitionedCall:1"}, {"index": 53, "name": "PartitionedCall:0"}]
+    details = [{"index": 53, "name": "PartitionedCall:0"}, {"index": 52, "name": "PartitionedCall:1"}]  # as LiteRT lists them
     sig = {"wa/model.3/act/Sigmoid_output_0": 53, "wa/model.3/conv/Conv_output_0": 52}
     pairs = _match(onnx, details, sig, "outputs")
     assert [d["index"] for d in pairs] == [52, 53]
