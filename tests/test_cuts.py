@@ -4,6 +4,7 @@ passes ONNX's checker and computes, in ONNX Runtime, what the full model compute
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -103,3 +104,35 @@ def test_weights_made_by_constant_nodes_are_no_cut_points(tmp_path):
     assert graph.cut_points() == [1, 2]
     # nor a cut's output: a converter folds the constant away, and the cut would lose that output
     assert graph.frontier(1) == ["c"]
+
+
+def _bisect_with(fails: set[int], first_bad: int, n: int = 10):
+    """The bisection over ``n`` cut points of a stand-in graph whose outputs diverge from ``first_bad`` on and
+    whose cuts in ``fails`` fail to convert."""
+    from types import SimpleNamespace
+
+    from portability.core.status import Status
+    from portability.explain.localize import Localizer
+    from portability.explain.probe import Probe
+
+    class Stub(Localizer):
+        def probe(self, index, tensors, name, runtime=None):
+            self.conversions += 1
+            if index in fails:
+                return Probe(index, Status.CONVERT_ERROR, "the TFLite model has fewer outputs than the ONNX model")
+            return Probe(index, Status.DRIFT if index >= first_bad else Status.PASS, None,
+                         {"t": {"diverges": index >= first_bad}})
+
+    g = SimpleNamespace(nodes=[SimpleNamespace(op_type="Relu", name=f"n{i}") for i in range(n)], frontier=lambda k: ["t"])
+    loc = Stub(g, "mobile/tflite-fp32", None, Path("."), lambda s: None)
+    return loc.bisect(list(range(n)), Status.DRIFT.value)
+
+
+def test_a_cut_that_fails_is_stepped_around_not_taken_for_a_divergence():
+    before, first, _ = _bisect_with({4}, first_bad=6)
+    assert (before.index, first.index) == (5, 6)
+
+
+def test_the_bisection_gives_up_where_every_cut_between_clean_and_bad_fails():
+    before, first, _ = _bisect_with({4, 5}, first_bad=6)
+    assert before is None and first.index in (4, 5) and first.status == "convert-error"

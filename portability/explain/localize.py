@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,52 +33,15 @@ import numpy as np
 
 from portability.core.errors import UsageError
 from portability.core.status import COMPARED, ERRORS as _ERRORS, Status
+from portability.explain.probe import Probe, tensor_drift
 from portability.explain.cuts import Graph
 
 #: the most bytes of intermediate tensors (reference and target together, all batches) one run returns
 CHUNK_BYTES = 256 * 2**20
+#: cuts that may fail on the target (each tried a node away from the last) before the bisection gives up
+MAX_FAILED_CUTS = 3
 #: formats a runtime runs the ONNX graph itself in: every tensor keeps its name
 GRAPH_FORMATS = ("onnx", "ort")
-
-
-@dataclass
-class Probe:
-    """One cut checked on the target: its tensors' drift, the cut's status and error."""
-
-    index: int
-    status: Status
-    error: str | None = None
-    tensors: dict[str, dict] = field(default_factory=dict)
-
-    @property
-    def bad(self) -> bool:
-        return any(t["diverges"] for t in self.tensors.values())
-
-    @property
-    def constant(self) -> bool:
-        return any(t.get("constant") for t in self.tensors.values())
-
-
-def tensor_drift(ref: Any, got: Any, bounds: dict) -> dict:
-    """One tensor on the target against the reference (see the module doc)."""
-    from portability.metrics import drift
-    from portability.metrics.bounds import DIVERGENCE, bound
-
-    r = np.concatenate([np.ravel(x) for x in ref]) if isinstance(ref, list) else np.asarray(ref)
-    g = np.concatenate([np.ravel(x) for x in got]) if isinstance(got, list) else np.asarray(got)
-    if r.size != g.size:
-        return {"diverges": True, "problem": f"{g.size} values, the reference {r.size}"}
-    j = drift.judge(bounds, {"": r.reshape(-1)}, {"": g.reshape(-1)}, rule=DIVERGENCE)
-    d, cmin, limit = j.outputs[""], bounds.get("cosine"), bound(bounds, j.outputs[""], DIVERGENCE)
-    ratios = [d["max_abs"] / limit] if limit else []
-    ratios += [(1.0 - d["cosine"]) / (1.0 - cmin)] if cmin is not None and cmin < 1 and r.size > 1 else []
-    out = {"max_abs": d["max_abs"], "cosine": d["cosine"], "scale": d["ref_max_abs"], "diverges": bool(j.breaches),
-           "ratio": max(ratios) if ratios else None}
-    if not isinstance(ref, list) and r.ndim >= 1 and r.shape[0] > 1:  # batches: does it still follow the input?
-        rs, gs = (float(np.ptp(x.reshape(x.shape[0], -1).astype(np.float64), axis=0).max()) for x in (r, g.reshape(r.shape)))
-        if rs > 0 and gs == 0:
-            out["constant"] = True
-    return out
 
 
 class Localizer:
@@ -131,15 +93,24 @@ class Localizer:
         """The last clean cut and the first bad one (None before the first point: the model's inputs)."""
         lo, hi = -1, len(points) - 1  # the full graph (the last point's cut holds every output) is bad
         seen: dict[int, Probe] = {}
+        failed: set[int] = set()
         rounds = max(1, int(np.ceil(np.log2(len(points) + 1))))
         while hi - lo > 1:
-            mid = (lo + hi) // 2
+            # the middle cut, or the nearest one that has not failed: a cut that fails is no divergence, and
+            # another cut a node away (a converter that merged two of its outputs, say) may convert
+            left = [k for k in range(lo + 1, hi) if k not in failed]
+            if not left:  # every cut between the last clean one and the first bad one failed
+                return None, seen[min(failed)], [seen[k] for k in sorted(seen)]
+            mid = min(left, key=lambda k: abs(k - (lo + hi) // 2))
             self.say(f"bisection step {len(seen) + 1} of about {rounds}: the cut after node {mid} "
                      f"({self.g.nodes[points[mid]].op_type} '{self.g.nodes[points[mid]].name}')")
             p = self.probe(points[mid], self.g.frontier(points[mid]), f"cut{points[mid]}")
             seen[mid] = p
-            if mode != "error" and p.status in _ERRORS:  # a cut that fails is no divergence: nothing to go on
-                return None, p, [seen[k] for k in sorted(seen)]
+            if mode != "error" and p.status in _ERRORS:
+                failed.add(mid)
+                if len(failed) > MAX_FAILED_CUTS:  # nothing to go on
+                    return None, p, [seen[k] for k in sorted(seen)]
+                continue
             bad = failing(p, mode)
             lo, hi = (lo, mid) if bad else (mid, hi)
         first = seen.get(hi) or self.probe(points[hi], self.g.frontier(points[hi]), f"cut{points[hi]}")
