@@ -106,6 +106,27 @@ def test_weights_made_by_constant_nodes_are_no_cut_points(tmp_path):
     assert graph.frontier(1) == ["c"]
 
 
+def test_tensors_made_from_the_input_shape_alone_are_no_cut_points(tmp_path):
+    """A detector's anchor grid (``Shape`` → ``Gather`` → ``Range`` → ``Cast``) is a constant once the check fixes
+    the shapes: converters fold it, and a cut that names it as an output loses it (a YOLOv8 head's cuts failed
+    with "the TFLite model has fewer outputs than the ONNX model")."""
+    idx = numpy_helper.from_array(np.array(3, np.int64), "i3")
+    zero, one = numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "i3"], ["w"], axis=0, name="width"),
+             helper.make_node("Range", ["zero", "w", "one"], ["grid_i"], name="range"),
+             helper.make_node("Cast", ["grid_i"], ["grid"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Add", ["r", "grid"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "anchors", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 6])], [idx, zero, one])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "anchors.onnx"))
+    graph = Graph(tmp_path / "anchors.onnx")
+    names = [n.name for n in graph.nodes]
+    assert [names[i] for i in graph.cut_points()] == ["relu", "add"]  # not the float grid of the Cast
+    assert graph.frontier(names.index("cast")) == ["r"]
+
+
 def _bisect_with(fails: set[int], first_bad: int, n: int = 10):
     """The bisection over ``n`` cut points of a stand-in graph whose outputs diverge from ``first_bad`` on and
     whose cuts in ``fails`` fail to convert."""

@@ -11,6 +11,10 @@ _FLOATS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _IR_CONST_INITS = 4  # the first IR version whose initializers need not be graph inputs
 
 
+#: ops whose outputs depend on their input's shape, not its values
+_SHAPE_OPS = {"Shape", "Size"}
+
+
 class Graph:
     """The model's graph, as cuts are made of it."""
 
@@ -38,8 +42,12 @@ class Graph:
         #: the tensors the graph's inputs reach. A subgraph of constants (an old model's weights made by
         #: ``ConstantOfShape``) is no place to cut and no cut's output: such a cut has nothing to feed,
         #: converters fold constants away (the cut would lose those outputs), and they are alike everywhere
+        #: A tensor made from the inputs' shapes alone (``Shape`` → ``Gather`` → ``Range``: a detector's anchor
+        #: grid) is no cut's output either: the check's shapes are fixed, so converters fold it to a constant
         self.live = set(self.inputs)
         for n in self.nodes:  # ONNX graphs are in topological order
+            if n.op_type in _SHAPE_OPS:
+                continue
             if any(x in self.live for x in [x for x in n.input if x] + [x for a in n.attribute if a.type == a.GRAPH
                                                                       for x in _outer(a.g)]):
                 self.live.update(o for o in n.output if o)
