@@ -78,8 +78,7 @@ def delegate_ab(results: list, targets: list[Target]) -> list[str]:
     status = {r.id: r.status for r in results}
     groups: dict[tuple, list[tuple[Target, str]]] = {}
     for t in targets:
-        side = t.variant.get("delegate") or (t.options or {}).get("kernels") or (
-            "xnnpack" if t.runtime.endswith(":LiteRt") else None)
+        side = t.variant.get("delegate") or (t.options or {}).get("kernels")
         if side and t.id in status:
             rest = tuple(sorted((k, v) for k, v in t.variant.items() if k != "delegate"))
             groups.setdefault((t.runtime, rest), []).append((t, side))

@@ -12,7 +12,7 @@ LITERT = "portability.runtimes.litert:LiteRt"
 ARM64_TIMEOUT_S = 900  # qemu runs everything ~250x slower; the emulated interpreter alone starts in seconds
 
 TARGETS = [
-    Target(id="mobile/tflite-fp32", runtime=LITERT, variant={"quant": "fp32"},
+    Target(id="mobile/tflite-fp32", runtime=LITERT, variant={"quant": "fp32"}, options={"kernels": "xnnpack"},
            description="LiteRT (XNNPACK, 4 threads) on the float32 .tflite"),
     Target(id="mobile/tflite-fp32-builtin", runtime=LITERT, variant={"quant": "fp32"}, options={"kernels": "builtin"},
            gating=False,
