@@ -32,7 +32,9 @@ def test_noisy_runtime_is_not_portable():
 def _run_user_tests(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_user_model.py").write_text(USER_TESTS)
-    env = dict(os.environ, PORTABILITY_PLUGINS="doubles", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    # the user's own pytest run, not a worker of this one (pytest-xdist's variables would say it is)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    env = dict(env, PORTABILITY_PLUGINS="doubles", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                PORTABILITY_DATA_DIR=str(tmp_path / "data"))
     # -p no:portability: the installed entry point (if any) would register the plugin a second time
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:portability", "-q",
