@@ -40,11 +40,11 @@ def _save(model, path: Path) -> Path:
     return path
 
 
-def conv_net(path: Path) -> Path:
-    """Conv -> Relu -> MaxPool -> Flatten -> MatMul -> Softmax on a 1x1x28x28 input."""
+def conv_net(path: Path, seed: int = 0) -> Path:
+    """Conv -> Relu -> MaxPool -> Flatten -> MatMul -> Softmax on a 1x1x28x28 input (weights from ``seed``)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array(rng.normal(0, .3, (4, 1, 3, 3)).astype(np.float32), "W"),
              numpy_helper.from_array(rng.normal(0, .1, (4,)).astype(np.float32), "B"),
              numpy_helper.from_array(rng.normal(0, .1, (4 * 13 * 13, 10)).astype(np.float32), "W2"),
@@ -280,7 +280,10 @@ def test_check_reports_pass_and_forced_fallback(tmp_path, request):
     wasm, fb = t["web/ort-wasm"], t["test/web-fallback"]
     assert wasm["status"] == "pass", (wasm["error"], wasm["details"].get("log"))
     assert wasm["metrics"]["outputs"]["y"]["max_abs"] < 1e-5
-    assert {"load", "init", "session", "p50"} <= set(wasm["metrics"]["latency_ms"])
+    # a page kept by the resident session that holds this model's session already has no init nor session
+    reused = (wasm["details"].get("page") or {}).get("session_reused")
+    assert {"load", "p50"} <= set(wasm["metrics"]["latency_ms"])
+    assert reused or {"init", "session"} <= set(wasm["metrics"]["latency_ms"])
     assert fb["status"] == "fallback", fb
     left, _ = _browsers_and_servers(marker=str(scratch))
     assert not left, left

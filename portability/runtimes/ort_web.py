@@ -98,6 +98,13 @@ class OrtWeb(WebRuntime):
         self.placement = _placement(lines)
         self.placement_nodes = _placed_nodes(lines)
 
+    def pool_facts(self) -> dict[str, Any]:
+        return {"placement": self.placement, "placement_nodes": self.placement_nodes}
+
+    def restore(self, facts: dict[str, Any]) -> None:
+        self.placement = facts.get("placement")
+        self.placement_nodes = facts.get("placement_nodes")
+
     def output_quant(self) -> dict[str, dict] | None:
         return getattr(self, "_output_quant", None)
 

@@ -16,6 +16,7 @@ import logging
 import time as _time
 from collections.abc import Iterator
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -83,6 +84,12 @@ class WebRuntime(Runtime):
         self._io: dict[str, Any] | None = None
         self._onnx_dtypes: dict[str, str] = {}
         self.served_model_bytes = 0
+        #: the kept page this runtime drives (``web/pool.py``), and the facts of its session when it was reused
+        self._kept = None
+        self._reused: dict[str, Any] | None = None
+        self._healthy = True
+        #: how the page was had: a kept one (``kept``, ``engine_started_before``, ``session_reused``, ``uses``)
+        self._page: dict[str, Any] = {}
 
     # -- what subclasses provide ---------------------------------------------------------------------
     @classmethod
@@ -146,33 +153,77 @@ class WebRuntime(Runtime):
 
     # -- the run -------------------------------------------------------------------------------------
     def load(self, artifact: Artifact) -> None:
+        from portability.web import pool
         from portability.web.browser import Browser
         from portability.web.paths import HARNESS_DIR, modules_dir
         from portability.web.server import HarnessServer
 
         t0 = _time.perf_counter()
+        endpoint = self._browser_endpoint = self.services.get(self.service(self.options))
+        cdp, pages = pool.split(endpoint)
+        isolated = self.options.get("isolated", True)
+        if not (isolated and set(self.served_dirs()) <= set(pool.served_dirs())):
+            pages = None  # a page of its own (one served without cross-origin isolation, an engine it lacks)
         try:
-            self._server = HarnessServer(HARNESS_DIR, modules_dir(), isolated=self.options.get("isolated", True),
-                                         module_dirs=self.served_dirs()).start()
+            self._server = HarnessServer(HARNESS_DIR, modules_dir(), isolated=isolated, module_dirs=self.served_dirs(),
+                                         allow_origin=_origin(pages)).start()
             model_url = self._server.serve_artifact(artifact.folder) + artifact.path.name
-            cfg = {"engine": self.engine, "modules": self._server.base + "m/", "model": model_url, **self.page_config(artifact)}
-            endpoint = self._browser_endpoint = self.services.get(self.service(self.options))
-            self._browser = Browser(webgpu=self.uses_webgpu(self.options), console_filter=self.keep_console, endpoint=endpoint).start()
-            self._browser.new_page(self._server.base + "h/index.html")
-            self._browser.wait_for("() => window.harness !== undefined")
-            self._browser_name = self._browser.call(_BROWSER_VERSION)
-            res = self._browser.call("cfg => harness.setup(cfg)", cfg)
+            cfg = {"engine": self.engine, "modules": (pages or self._server.base) + "m/", "model": model_url,
+                   **self.page_config(artifact)}
+            self._browser = Browser(webgpu=self.uses_webgpu(self.options), console_filter=self.keep_console, endpoint=cdp)
+            self._browser.start(context=not pages)
+            if pages:
+                self._kept = pool.claim(self._browser, pages, pool.key(self.engine, cfg), artifact.sha256)
+            res = self._kept_setup(cfg, artifact.sha256) if self._kept else self._page_setup(cfg)
         except BaseException:
+            self._healthy = False
             self.close()
             raise
         self._info = res.get("info") or {}
         self.served_model_bytes = sum(n for path, n in self._server.served.items() if path.startswith("a/"))
         if not res["ok"]:
             msg = self._message(res)
+            self._healthy = False
             self.close()
             raise self.op_error(msg, LoadError)
         self._load_ms = {**res["timings"], "load": (_time.perf_counter() - t0) * 1e3}
         self.after_load()
+        if self._reused is not None:
+            self.restore(self._reused)
+
+    def _page_setup(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """A page of this target's own: the harness, the engine, the model."""
+        self._browser.new_page(self._server.base + "h/index.html")
+        self._browser.wait_for("() => window.harness !== undefined")
+        self._browser_name = self._browser.call(_BROWSER_VERSION)
+        return self._browser.call("cfg => harness.setup(cfg)", cfg)
+
+    def _kept_setup(self, cfg: dict[str, Any], digest: str) -> dict[str, Any]:
+        """A kept page (``web/pool.py``): its engine started unless it is already, its model loaded unless it
+        holds this artifact's session already (then ``_reused``: the facts learnt when it was loaded)."""
+        self._browser_name = self._browser.call(_BROWSER_VERSION)
+        timings: dict[str, float] = {}
+        res: dict[str, Any] = {"ok": True, "info": None}
+        self._page = {"kept": True, "engine_started_before": self._kept.started, "uses": self._kept.state.get("uses")}
+        if not self._kept.started:
+            res = self._browser.call("cfg => harness.start(cfg)", cfg)
+            timings.update(res.get("timings") or {})
+        self._reused = self._kept.holds(digest) if res["ok"] else None
+        if res["ok"] and self._reused is None:
+            res = self._browser.call("s => harness.load(s)", {"model": cfg["model"], "digest": digest})
+            timings.update(res.get("timings") or {})
+        self._page["session_reused"] = self._reused is not None
+        if res["ok"] and not res.get("info"):
+            res["info"] = self._browser.call("() => harness.state()")["info"]
+        return {**res, "timings": timings}
+
+    def restore(self, facts: dict[str, Any]) -> None:
+        """What ``after_load`` learnt of this artifact in the page when its session was made (a kept page
+        that holds it already: ``pool_facts``)."""
+
+    def pool_facts(self) -> dict[str, Any]:
+        """What a later target of the same artifact in this kept page cannot learn again (``restore``)."""
+        return {}
 
     def after_load(self) -> None:
         """Check facts the page reported (backend, device, threads); raise Unavailable when the host lacks
@@ -228,6 +279,8 @@ class WebRuntime(Runtime):
             keep["browser"] = self._browser_name
         keep["model_fetched_bytes"] = self.served_model_bytes
         keep["shared_browser"] = bool(self._browser_endpoint)
+        if self._page:
+            keep["page"] = dict(self._page)
         if self._time_info:
             keep["timing"] = dict(self._time_info, clock="performance.now() in the page")
         return keep
@@ -235,7 +288,11 @@ class WebRuntime(Runtime):
     def close(self) -> None:
         browser, self._browser = self._browser, None
         server, self._server = self._server, None
+        kept, self._kept = self._kept, None
         try:
+            if kept is not None:
+                kept.park(self.pool_facts(), keep=self._healthy and browser is not None and not browser.crashed
+                          and self.served_model_bytes <= _pool().MAX_KEPT_BYTES)
             if browser is not None:
                 browser.close()
         finally:
@@ -271,8 +328,13 @@ class WebRuntime(Runtime):
     def _call(self, expression: str, arg: Any) -> dict[str, Any]:
         if self._browser is None:
             raise RunError("the web runtime is not loaded")
-        res = self._browser.call(expression, arg)
+        try:
+            res = self._browser.call(expression, arg)
+        except BaseException:
+            self._healthy = False
+            raise
         if not res["ok"]:
+            self._healthy = False
             raise self.op_error(self._message(res), RunError)
         return res
 
@@ -282,6 +344,20 @@ class WebRuntime(Runtime):
             errors = self._browser.console_text() if self._browser else []
             msg = errors[-1] if errors else "unknown error in the page"
         return f"{_STAGES.get(res.get('stage'), 'in the page')}: {msg[:2000]}"
+
+
+def _pool():
+    from portability.web import pool
+
+    return pool
+
+
+def _origin(base: str | None) -> str | None:
+    """``http://host:port`` of a base URL."""
+    if not base:
+        return None
+    u = urlsplit(base)
+    return f"{u.scheme}://{u.netloc}"
 
 
 def _groups(batches: list[dict[str, np.ndarray]], max_bytes: int) -> Iterator[list[dict[str, np.ndarray]]]:

@@ -70,38 +70,67 @@ class Browser:
         #: the documents (loader ids) of the current page that fired their load event
         self._loaded: set[str] = set()
 
-    def start(self) -> "Browser":
+    def start(self, context: bool = True) -> "Browser":
+        """Connect (or launch); ``context``: open this Browser's own browser context for ``new_page``
+        (without it, ``attach`` to a kept page: ``web/pool.py``)."""
         try:
             if not self.endpoint:
                 self._chromium = Chromium(self.webgpu, self.extra_args)
             self._conn = Connection(browser_ws_url(self.endpoint or self._chromium.endpoint), on_event=self._on_event)
-            # disposeOnDetach: a worker killed mid-page takes its context (and page) with it
-            self._context = self._conn.call("Target.createBrowserContext", {"disposeOnDetach": True},
-                                            timeout=SETUP_TIMEOUT_S)["browserContextId"]
+            if context:
+                # disposeOnDetach: a worker killed mid-page takes its context (and page) with it
+                self._context = self._conn.call("Target.createBrowserContext", {"disposeOnDetach": True},
+                                                timeout=SETUP_TIMEOUT_S)["browserContextId"]
         except BaseException:
             self.close()
             raise
         return self
 
-    def pid(self) -> int | None:
-        """The browser's main process id when it is this Browser's own (for leak checks)."""
-        return self._chromium.pid if self._chromium is not None else None
+    def command(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A browser-level DevTools command (no page session)."""
+        return self._require().call(method, params or {}, timeout=SETUP_TIMEOUT_S)
 
-    def new_page(self, url: str) -> "Browser":
-        """Close the current page, open ``url`` in a new one (waiting for its load event)."""
-        self._close_target()
+    def attach(self, target: str) -> "Browser":
+        """Drive the existing page ``target`` (a kept one); what its console said before is not kept."""
+        conn = self._require()
         self.console.clear()
         self.crashed = None
         self._loaded.clear()
-        conn = self._require()
-        self._target = conn.call("Target.createTarget", {"url": "about:blank", "browserContextId": self._context},
-                                 timeout=SETUP_TIMEOUT_S)["targetId"]
-        self._session = conn.call("Target.attachToTarget", {"targetId": self._target, "flatten": True},
+        self._target = target
+        self._session = conn.call("Target.attachToTarget", {"targetId": target, "flatten": True},
                                   timeout=SETUP_TIMEOUT_S)["sessionId"]
         ids = [conn.send(m, session=self._session) for m in ("Inspector.enable", "Runtime.enable", "Page.enable", "Log.enable")]
         ids.append(conn.send("Page.setLifecycleEventsEnabled", {"enabled": True}, session=self._session))
         for cid in ids:
             conn.wait(cid, SETUP_TIMEOUT_S, abort=self._check)
+        self.console.clear()  # the replayed messages of its earlier drivers
+        return self
+
+    def detach(self) -> None:
+        """Leave the page as it is (kept for a later driver) and forget it."""
+        target, session, self._target, self._session = self._target, self._session, None, None
+        if session is not None and self._conn is not None and not self._conn.ws.closed:
+            try:
+                self._conn.call("Target.detachFromTarget", {"sessionId": session}, timeout=CLOSE_TIMEOUT_S)
+            except CDPError:
+                pass  # already gone
+
+    @property
+    def target(self) -> str | None:
+        """The page this Browser drives (its DevTools target id)."""
+        return self._target
+
+    def pid(self) -> int | None:
+        """The browser's main process id when it is this Browser's own (for leak checks)."""
+        return self._chromium.pid if self._chromium is not None else None
+
+    def new_page(self, url: str, context: str | None = None) -> "Browser":
+        """Close the current page, open ``url`` in a new one (waiting for its load event), in this Browser's
+        context or in ``context``."""
+        self._close_target()
+        target = self._require().call("Target.createTarget", {"url": "about:blank", "browserContextId": context or self._context},
+                                      timeout=SETUP_TIMEOUT_S)["targetId"]
+        self.attach(target)
         self.goto(url)
         return self
 

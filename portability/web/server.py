@@ -55,9 +55,12 @@ def _inside(root: Path, rel: str) -> Path | None:
 class HarnessServer:
     """Use as a context manager, or ``start()`` / ``close()``; ``close`` is idempotent."""
 
-    def __init__(self, harness_dir: Path, modules_dir: Path, isolated: bool = True, module_dirs: tuple[str, ...] = ()):
+    def __init__(self, harness_dir: Path, modules_dir: Path, isolated: bool = True, module_dirs: tuple[str, ...] = (),
+                 allow_origin: str | None = None):
         """``module_dirs``: the folders under ``modules_dir`` the page may fetch (the runtime's packages'
-        ``dist`` folders, say); nothing else there is served."""
+        ``dist`` folders, say); nothing else there is served. ``allow_origin``: the one other origin whose
+        page may fetch and PUT here (CORS): a kept page (``web/pool.py``), served by the browser's own server."""
+        self.allow_origin = allow_origin
         self.token = secrets.token_urlsafe(12)
         self.roots = {"h": Path(harness_dir), "m": Path(modules_dir)}
         self.isolated = isolated
@@ -150,10 +153,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(length))
         self.send_header("Cache-Control", "no-store")
+        if self.owner.allow_origin:
+            self.send_header("Access-Control-Allow-Origin", self.owner.allow_origin)
+            self.send_header("Vary", "Origin")
         if self.owner.isolated:
             self.send_header("Cross-Origin-Opener-Policy", "same-origin")
             self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-            self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+            self.send_header("Cross-Origin-Resource-Policy", "cross-origin" if self.owner.allow_origin else "same-origin")
+        self.end_headers()
+
+    def do_OPTIONS(self) -> None:
+        """The CORS preflight of the allowed origin's PUT (nothing else is allowed)."""
+        if self._split() is None or not self.owner.allow_origin or self.headers.get("Origin") != self.owner.allow_origin:
+            return self._fail(404)
+        self.send_response(204)
+        self.send_header("Access-Control-Allow-Origin", self.owner.allow_origin)
+        self.send_header("Access-Control-Allow-Methods", "GET, PUT")
+        self.send_header("Access-Control-Allow-Headers", "content-type")
+        self.send_header("Access-Control-Max-Age", "600")
+        self.send_header("Content-Length", "0")
         self.end_headers()
 
     def _fail(self, status: int) -> None:

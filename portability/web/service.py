@@ -19,4 +19,31 @@ class BrowserService(SharedProcesses):
     what = "Chromium"
 
     def start(self, webgpu: bool) -> Chromium:
-        return Chromium(bool(webgpu))
+        return KeepingChromium(bool(webgpu))
+
+
+class KeepingChromium(Chromium):
+    """A shared Chromium with the static server of the pages it keeps warm (``web/pool.py``), named in its
+    endpoint; without the npm files, a plain one."""
+
+    def __init__(self, webgpu: bool = False):
+        super().__init__(webgpu)
+        self.pages = None
+        try:
+            from portability.web import pool
+            from portability.web.paths import HARNESS_DIR, modules_dir
+            from portability.web.server import HarnessServer
+
+            if modules_dir().is_dir():
+                self.pages = HarnessServer(HARNESS_DIR, modules_dir(), module_dirs=pool.served_dirs()).start()
+                self.endpoint = f"{self.endpoint}{pool.MARK}{self.pages.base}"
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        try:
+            if self.pages is not None:
+                self.pages.close()
+        finally:
+            super().stop()

@@ -24,20 +24,66 @@ async function guard(stage, fn) {
   }
 }
 
+// A fresh page: the engine, then the model.
 async function setup(cfg) {
-  let stage = 'init';
+  const init = await start(cfg);
+  if (!init.ok) return init;
+  const loaded = await load({model: cfg.model});
+  if (!loaded.ok) return loaded;
+  return {ok: true, timings: {...init.timings, ...loaded.timings}, info: loaded.info};
+}
+
+// The engine alone (a page kept warm for the next model of the same configuration: web/pool.py).
+async function start(cfg) {
   try {
     const {create} = await import(engineModule(cfg.engine));
     const t0 = performance.now();
     engine = await create(cfg);
-    const t1 = performance.now();
-    stage = 'session';
-    await engine.load(cfg.model);
-    const t2 = performance.now();
-    return {ok: true, timings: {init: t1 - t0, session: t2 - t1}, info: engine.info()};
+    return {ok: true, timings: {init: performance.now() - t0}, info: engine.info()};
   } catch (e) {
-    return failure(stage, e, engine ? engine.info() : null);
+    return failure('init', e, engine ? engine.info() : null);
   }
+}
+
+// A model on the started engine, in place of the one before (whose session is released first).
+async function load(spec) {
+  try {
+    if (current && engine.close) await engine.close();
+    current = null;
+    const t0 = performance.now();
+    await engine.load(spec.model);
+    current = {digest: spec.digest || null, facts: null};
+    return {ok: true, timings: {session: performance.now() - t0}, info: engine.info()};
+  } catch (e) {
+    return failure('session', e, engine ? engine.info() : null);
+  }
+}
+
+// A kept page serves one driver at a time: the first claim wins until park() gives the page back. The
+// page's address names the driver that opened it (#owner=...): only that one may claim it first.
+let owner = new URLSearchParams(location.hash.slice(1)).get('owner');
+let current = null;
+let uses = 0;
+
+function claim(token) {
+  if (owner !== null && owner !== token) return {ok: false};
+  owner = token;
+  uses++;
+  return {ok: true, started: engine !== null, current, uses};
+}
+
+function state() {
+  return {ok: true, info: engine ? engine.info() : null, current, uses};
+}
+
+// Back to the pool, keeping the loaded model (and what the driver learnt of it) for its next claim.
+function park(facts) {
+  if (current && facts) current.facts = facts;
+  owner = null;
+  // the page's address says what it holds, so that a driver finds the page of its model without asking
+  const k = new URLSearchParams(location.hash.slice(1)).get('k');
+  history.replaceState(null, '', `#k=${k}` + (current && current.digest ? `&d=${current.digest}` : ''));
+  return {ok: true};
 }
 
 async function infer(spec) {
@@ -147,8 +193,9 @@ async function close() {
   return guard('close', async () => {
     if (engine && engine.close) await engine.close();
     engine = null;
+    current = null;
     return {};
   });
 }
 
-window.harness = {setup, infer, inferMany, warm, time, close, isolated: () => self.crossOriginIsolated === true};
+window.harness = {setup, start, load, claim, park, state, infer, inferMany, warm, time, close, isolated: () => self.crossOriginIsolated === true};

@@ -1,0 +1,151 @@
+"""Pages kept warm between targets: a shared browser keeps each engine's page, started, for the next target
+of the same page configuration — and the last model it loaded, for the next target of the same artifact.
+
+The shared browser (``web/service.py``) comes with a static server of its own, the origin of its kept pages:
+it serves the harness and the engines' npm files only, never a model. Its address travels in the browser's
+endpoint (``ENDPOINT#pages=BASE``). A worker (``runtimes/web.py``) looks for an idle page of its configuration
+among the browser's pages (their address says ``#k=KEY&d=DIGEST``: the configuration and the artifact loaded),
+claims it in the page itself (one driver at a time: the claim is a single call in the page's own thread),
+loads its model there from its own server (cross-origin, CORS to that one origin only) and parks the page
+when its target is done. A page whose target failed, crashed or hung is closed, never kept; a browser whose
+target hung is replaced as before (``SharedProcesses``).
+
+What a reused page saves: the page, the engine's start (its wasm compile, its GPU device) and, for the same
+artifact, the session (a software GPU adapter's shader compilation). What it does not: every inference,
+comparison and timed run of the target happens again, in that page.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+log = logging.getLogger(__name__)
+
+MARK = "#pages="
+#: pages of one configuration the browser keeps (idle or busy); past it a target opens a page of its own
+MAX_PER_KEY = 4
+#: pages the browser keeps in all; past it an idle page of another configuration is closed for a new one
+MAX_PAGES = 16
+#: a model larger than this is not kept loaded (a wasm heap never shrinks): its page is closed after it
+MAX_KEPT_BYTES = 64 << 20
+#: a page is closed after this many targets (whatever its engine keeps between sessions stays bounded)
+MAX_USES = 200
+
+
+def split(endpoint: str | None) -> tuple[str | None, str | None]:
+    """A shared browser's endpoint -> (its DevTools address, the base URL of its kept pages' server or None)."""
+    if not endpoint or MARK not in endpoint:
+        return endpoint, None
+    cdp, _, pages = endpoint.partition(MARK)
+    return cdp, pages
+
+
+def served_dirs() -> tuple[str, ...]:
+    """The npm folders the kept pages' server serves: every browser engine's (``WebRuntime.served_dirs``)."""
+    from portability.runtimes.litert_js import LiteRtJs
+    from portability.runtimes.ort_web import OrtWeb
+    from portability.runtimes.tfjs import Tfjs
+
+    return tuple(dict.fromkeys(d for cls in (OrtWeb, Tfjs, LiteRtJs) for d in cls.served_dirs()))
+
+
+def key(engine: str, cfg: dict[str, Any]) -> str:
+    """The page configuration (what the engine's start depends on, not the model nor any one server)."""
+    same = {k: v for k, v in cfg.items() if k not in ("model", "modules", "warmModel")}
+    return hashlib.sha256(json.dumps({"engine": engine, **same}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _fields(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).fragment).items()}
+
+
+class KeptPage:
+    """This worker's claim on a kept page: ``state`` is what the page said at the claim (``started``: its
+    engine is up; ``current``: ``{digest, facts}`` of the model it holds; ``uses``)."""
+
+    def __init__(self, browser, target: str, context: str, state: dict[str, Any]):
+        self.browser, self.target, self.context, self.state = browser, target, context, state
+
+    @property
+    def started(self) -> bool:
+        return bool(self.state.get("started"))
+
+    def holds(self, digest: str) -> dict[str, Any] | None:
+        """The facts of the session the page holds, when it is of this artifact (else None)."""
+        cur = self.state.get("current") or {}
+        return (cur.get("facts") or {}) if cur.get("digest") == digest else None
+
+    def park(self, facts: dict[str, Any] | None, keep: bool) -> None:
+        """Give the page back (``keep``) with the facts of its model, or close it."""
+        if keep and int(self.state.get("uses") or 0) < MAX_USES:
+            try:
+                self.browser.call("f => harness.park(f)", facts)
+                self.browser.detach()
+                return
+            except Exception as e:  # a page that cannot be parked is not kept
+                log.debug("parking a page: %s", e)
+        self.discard()
+
+    def discard(self) -> None:
+        try:
+            self.browser.detach()
+            self.browser.command("Target.disposeBrowserContext", {"browserContextId": self.context})
+        except Exception as e:  # gone already
+            log.debug("closing a kept page: %s", e)
+
+
+def claim(browser, pages: str, page_key: str, digest: str) -> KeptPage | None:
+    """An idle kept page of this configuration (one holding this artifact first), else a new one; None when
+    the browser keeps as many of this configuration as it may (the target then opens a page of its own)."""
+    token = secrets.token_urlsafe(9)
+    index = pages + "h/index.html"
+    kept = [t for t in browser.command("Target.getTargets")["targetInfos"]
+            if t.get("type") == "page" and t.get("url", "").startswith(index + "#")]
+    mine = [t for t in kept if _fields(t["url"]).get("k") == page_key]
+    mine.sort(key=lambda t: _fields(t["url"]).get("d") != digest)
+    for t in mine:
+        page = _try(browser, t, token)
+        if page is not None:
+            return page
+    if len(mine) >= MAX_PER_KEY:
+        return None
+    if len(kept) >= MAX_PAGES:
+        _evict(browser, [t for t in kept if t not in mine])
+    context = browser.command("Target.createBrowserContext", {})["browserContextId"]
+    try:
+        browser.new_page(f"{index}#k={page_key}&owner={token}", context=context)
+        browser.wait_for("() => window.harness !== undefined")
+        state = browser.call("t => harness.claim(t)", token)
+    except BaseException:
+        browser.detach()
+        browser.command("Target.disposeBrowserContext", {"browserContextId": context})
+        raise
+    return KeptPage(browser, browser.target, context, state)
+
+
+def _try(browser, info: dict[str, Any], token: str) -> KeptPage | None:
+    """Claim this page if it is idle (and still there)."""
+    try:
+        browser.attach(info["targetId"])
+        state = browser.call("t => window.harness ? harness.claim(t) : {ok: false}", token)
+    except Exception as e:  # closed meanwhile, or busy loading
+        log.debug("claiming %s: %s", info.get("targetId"), e)
+        state = {"ok": False}
+    if state.get("ok"):
+        return KeptPage(browser, info["targetId"], info.get("browserContextId"), state)
+    browser.detach()
+    return None
+
+
+def _evict(browser, others: list[dict[str, Any]]) -> None:
+    """Close one idle page of another configuration (the first that can be claimed)."""
+    token = secrets.token_urlsafe(9)
+    for t in others:
+        page = _try(browser, t, token)
+        if page is not None:
+            page.discard()
+            return

@@ -1,0 +1,173 @@
+"""Kept pages (``web/pool.py``): a shared browser keeps each engine's page warm, and the last model it loaded,
+for the next target of the same configuration; a page whose target failed is never kept; the pages' own
+server serves the harness and the npm files only, and the worker's server answers that one origin alone."""
+from __future__ import annotations
+
+import http.client
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+
+from conftest import by_id, check_json
+from test_web import conv_net, needs_browser, reference
+
+pytestmark = [pytest.mark.web, needs_browser]
+
+
+@pytest.fixture
+def browser():
+    from portability.web.service import KeepingChromium
+
+    c = KeepingChromium()
+    yield c
+    c.stop()
+
+
+def _runtime(endpoint: str, **options):
+    from portability.runtimes.ort_web import OrtWeb
+
+    rt = OrtWeb({"ep": "wasm", **options})
+    rt.services = {"browser": endpoint}
+    return rt
+
+
+def _artifact(path: Path):
+    from portability.core.artifact import Artifact, sha256_files
+
+    return Artifact(path=path, format="onnx", sha256=sha256_files([path]))
+
+
+def _once(rt, art, x):
+    try:
+        rt.load(art)
+        out = rt.infer({"x": x})
+        ms = rt.time({"x": x}, warmup=2, runs=3)
+        return out, ms, rt.details(), rt.load_timings()
+    finally:
+        rt.close()
+
+
+def test_a_kept_page_serves_the_next_target_and_keeps_its_session_for_the_same_model(tmp_path, browser):
+    model = conv_net(tmp_path / "m" / "model.onnx")
+    other = conv_net(tmp_path / "n" / "model.onnx", seed=7)
+    x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    want = reference(model, {"x": x})["y"]
+
+    out1, _, d1, t1 = _once(_runtime(browser.endpoint), _artifact(model), x)
+    assert d1["page"] == {"kept": True, "engine_started_before": False, "uses": 1, "session_reused": False}
+    assert t1["init"] > 0 and t1["session"] > 0 and d1["model_fetched_bytes"] > 0
+    # the same model again: the same page, its session kept; the inference runs again and agrees
+    out2, ms2, d2, t2 = _once(_runtime(browser.endpoint), _artifact(model), x)
+    assert d2["page"] == {"kept": True, "engine_started_before": True, "uses": 2, "session_reused": True}
+    assert "init" not in t2 and "session" not in t2 and d2["model_fetched_bytes"] == 0
+    assert float(np.max(np.abs(out2["y"] - want))) < 1e-5 and len(ms2) == 3
+    assert d2["node_placement"] == d1["node_placement"]  # learnt when the session was made, kept with it
+    # another model of the same configuration: the engine is warm, the session is new
+    out3, _, d3, t3 = _once(_runtime(browser.endpoint), _artifact(other), x)
+    assert d3["page"]["engine_started_before"] and not d3["page"]["session_reused"] and "init" not in t3
+    assert float(np.max(np.abs(out3["y"] - reference(other, {"x": x})["y"]))) < 1e-5
+    # another configuration: a page of its own
+    _, _, d4, _ = _once(_runtime(browser.endpoint, threads=2), _artifact(model), x)
+    assert d4["page"]["uses"] == 1 and not d4["page"]["engine_started_before"]
+
+
+def test_two_targets_at_once_get_two_pages_and_a_failed_target_leaves_no_page(tmp_path, browser):
+    from portability.core.errors import TargetError
+    from portability.web import pool
+
+    model = conv_net(tmp_path / "m" / "model.onnx")
+    x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    a, b = _runtime(browser.endpoint), _runtime(browser.endpoint)
+    try:
+        a.load(_artifact(model))
+        b.load(_artifact(model))  # a holds its page: b gets a page of its own
+        assert a._browser.target != b._browser.target
+    finally:
+        a.close()
+        b.close()
+    cdp, pages = pool.split(browser.endpoint)
+    assert len(_kept(cdp, pages)) == 2
+    # a model the engine cannot run: the target fails, and its page is closed, not kept
+    bad = _unknown_op(tmp_path / "bad" / "model.onnx")
+    rt = _runtime(browser.endpoint)
+    with pytest.raises(TargetError):
+        _once(rt, _artifact(bad), np.zeros((1, 4), np.float32))
+    assert len(_kept(cdp, pages)) == 1, "the failed target's page was kept"
+
+
+def _unknown_op(path: Path) -> Path:
+    """One node of an op no runtime has (its own domain): the session cannot be made."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Nowhere", ["x"], ["y"], domain="example.none")], "bad",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.none", 1)],
+                          ir_version=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path
+
+
+def _kept(cdp: str, pages: str) -> list[str]:
+    from portability.web.browser import Browser
+
+    b = Browser(endpoint=cdp).start(context=False)
+    try:
+        return [t["url"] for t in b.command("Target.getTargets")["targetInfos"]
+                if t["type"] == "page" and t["url"].startswith(pages)]
+    finally:
+        b.close()
+
+
+def test_the_pages_server_serves_no_model_and_the_workers_server_answers_one_origin(tmp_path, browser):
+    from portability.web import pool
+    from portability.web.paths import HARNESS_DIR, modules_dir
+    from portability.web.server import HarnessServer
+
+    _, pages = pool.split(browser.endpoint)
+    u = urlsplit(pages)
+    assert _status(u, "GET", u.path + "h/index.html") == 200
+    assert _status(u, "GET", u.path + "a/model.onnx") == 404  # no artifact route: it reads no model
+    assert _status(u, "GET", u.path + "m/onnxruntime-web/package.json") == 404  # npm dist folders only
+    origin = f"{u.scheme}://{u.netloc}"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "m.onnx").write_bytes(b"x")
+    with HarnessServer(HARNESS_DIR, modules_dir(), allow_origin=origin) as s:
+        s.serve_artifact(tmp_path / "a")
+        w = urlsplit(s.base)
+        assert _status(w, "OPTIONS", w.path + "io/out", {"Origin": origin}) == 204
+        assert _status(w, "OPTIONS", w.path + "io/out", {"Origin": "http://127.0.0.1:1"}) == 404
+        conn = http.client.HTTPConnection(w.hostname, w.port, timeout=10)
+        conn.request("GET", w.path + "a/m.onnx")
+        r = conn.getresponse()
+        assert r.status == 200 and r.getheader("Access-Control-Allow-Origin") == origin
+        conn.close()
+
+
+def _status(u, method: str, path: str, headers: dict | None = None) -> int:
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    try:
+        conn.request(method, path, headers=headers or {})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+@pytest.mark.mobile
+def test_a_warm_check_reuses_the_resident_pages_and_still_compares(tmp_path):
+    """Two checks of one model with the tests' resident session: the second's web targets run in the pages
+    the first kept, on the sessions it made, and are compared and timed as ever."""
+    model = conv_net(tmp_path / "m" / "model.onnx", seed=11)
+    args = ("--targets", "web/ort-wasm,web/tfjs-wasm,web/litert-js", "--runs", "5")
+    for run in ("1", "2"):
+        (tmp_path / run).mkdir()
+    check_json(tmp_path / "1", model, *args)
+    second = by_id(check_json(tmp_path / "2", model, *args))
+    for tid in ("web/ort-wasm", "web/tfjs-wasm", "web/litert-js"):
+        t = second[tid]
+        assert t["status"] == "pass" and t["details"]["page"]["session_reused"], (tid, t["details"].get("page"))
+        assert t["metrics"]["outputs"]["y"]["max_abs"] < 1e-4 and t["metrics"]["latency_ms"]["p50"] > 0
