@@ -295,8 +295,9 @@ def test_ctrl_c_or_a_kill_leaves_no_browser_or_worker(tmp_path, request, sig):
     scratch = Path(tempfile.mkdtemp(prefix="pw-sigint-", dir="/tmp"))
     request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     env = {**__import__("os").environ, **TEST_TARGETS, "TMPDIR": str(scratch)}
+    # --timeout: the hung page stays hung until the signal, however slowly a loaded machine starts the check
     p = subprocess.Popen([sys.executable, "-m", "portability", "check", str(FIXTURES / "mlp.onnx"), "--no-history",
-                          "--targets", "test/web-hang,web/ort-wasm,web/tfjs-wasm"], cwd=ROOT, env=env,
+                          "--targets", "test/web-hang,web/ort-wasm,web/tfjs-wasm", "--timeout", "300"], cwd=ROOT, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(scratch.glob("portability-chromium-*")):
