@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from portability.core.artifact import Artifact
-from portability.core.errors import LoadError, RunError, TargetError
+from portability.core.errors import LoadError, RunError, TargetError, Unavailable
 from portability.runtimes.base import Availability, Runtime
 
 log = logging.getLogger(__name__)
@@ -183,10 +183,11 @@ class WebRuntime(Runtime):
         self._info = res.get("info") or {}
         self.served_model_bytes = sum(n for path, n in self._server.served.items() if path.startswith("a/"))
         if not res["ok"]:
-            msg = self._message(res)
-            self._healthy = False
+            err = self.op_error(self._message(res), LoadError)
+            # what this host lacks (an adapter without float16 shaders) leaves the page as it was: kept
+            self._healthy = isinstance(err, Unavailable) and res.get("stage") == "session"
             self.close()
-            raise self.op_error(msg, LoadError)
+            raise err
         self._load_ms = {**res["timings"], "load": (_time.perf_counter() - t0) * 1e3}
         self.after_load()
         if self._reused is not None:

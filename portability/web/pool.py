@@ -106,7 +106,8 @@ def claim(browser, pages: str, page_key: str, digest: str) -> KeptPage | None:
     kept = [t for t in browser.command("Target.getTargets")["targetInfos"]
             if t.get("type") == "page" and t.get("url", "").startswith(index + "#")]
     mine = [t for t in kept if _fields(t["url"]).get("k") == page_key]
-    mine.sort(key=lambda t: _fields(t["url"]).get("d") != digest)
+    # the page holding this artifact, then pages holding none, then one holding another model (lost to it)
+    mine.sort(key=lambda t: (_fields(t["url"]).get("d") != digest, "d" in _fields(t["url"])))
     for t in mine:
         page = _try(browser, t, token)
         if page is not None:
