@@ -123,6 +123,21 @@ def _kept(cdp: str, pages: str) -> list[str]:
         b.close()
 
 
+def test_the_pages_server_serves_every_engines_files_and_only_this_installs():
+    from portability.runtimes.litert_js import LiteRtJs
+    from portability.runtimes.ort_web import OrtWeb
+    from portability.runtimes.tfjs import Tfjs
+    from portability.web import pool
+
+    for cls in (OrtWeb, Tfjs, LiteRtJs):
+        assert set(cls.served_dirs()) <= set(pool.served_dirs()), cls
+    endpoint = pool.advertise("http://127.0.0.1:9", "http://127.0.0.1:8/t/")
+    assert pool.split(endpoint) == ("http://127.0.0.1:9", "http://127.0.0.1:8/t/")
+    # a worker whose pages load another npm folder (a --versions environment's) opens a page of its own
+    other = endpoint.replace(pool.modules_tag(), "0" * 12)
+    assert pool.split(other) == ("http://127.0.0.1:9", None)
+
+
 def test_the_pages_server_serves_no_model_and_the_workers_server_answers_one_origin(tmp_path, browser):
     from portability.web import pool
     from portability.web.paths import HARNESS_DIR, modules_dir

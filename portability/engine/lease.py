@@ -70,6 +70,8 @@ class Runner:
         #: the reference's failure explained, where the inputs were synthesized: (note, hint), else empty
         self.synthesized_failed: list[str] = []
         self._runtimes: dict[str, Any] = {}
+        #: the check was interrupted (Ctrl-C): no target starts any more
+        self.interrupted = False
 
     def _runtime(self, target: Target):
         """What the target's runtime is (``Runtime.facts``: its cost, service, group, network), read from its
@@ -148,6 +150,7 @@ class Runner:
         try:
             done = dict(zip((t.id for t in order), pool.map(self.run, order)))
         except BaseException:  # Ctrl-C: stop every worker (they run in sessions of their own)
+            self.interrupted = True  # and start no other: a queued target's thread must not run it
             kill_all()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
@@ -194,6 +197,8 @@ class Runner:
             self.gate.admit(target.id)
             try:
                 log.debug("%s: admitted", target.id)
+                if self.interrupted:
+                    raise KeyboardInterrupt
                 services, lease = self._lease(target)
                 wr = run_worker(self.job(target, services, wdir), wdir, self.limits(target),
                                 lambda ph: self.progress.target_phase(target, ph.value), gate=self.gate)

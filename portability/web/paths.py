@@ -15,6 +15,12 @@ HARNESS_DIR = Path(__file__).resolve().parent / "harness"
 PLATFORM_DIR = Path(__file__).resolve().parents[2] / "platforms" / "web"
 NPM_FIX = "scripts/setup.sh  (or: cd platforms/web && npm ci)"
 
+#: the npm folders the browser engines' pages load (onnxruntime-web, TF.js and its backends, LiteRT.js)
+ENGINE_DIRS = ("onnxruntime-web/dist", "@tensorflow/tfjs/dist", "@tensorflow/tfjs-backend-wasm/dist",
+               "@tensorflow/tfjs-backend-webgpu/dist", "@litertjs/core/dist", "@litertjs/core/wasm",
+               "@litertjs/wasm-utils/dist")
+
+
 def modules_dir() -> Path:
     """``$PORTABILITY_WEB_MODULES`` or ``<repo>/platforms/web/node_modules``."""
     env = os.environ.get("PORTABILITY_WEB_MODULES")

@@ -37,20 +37,34 @@ MAX_USES = 200
 
 
 def split(endpoint: str | None) -> tuple[str | None, str | None]:
-    """A shared browser's endpoint -> (its DevTools address, the base URL of its kept pages' server or None)."""
+    """A shared browser's endpoint -> (its DevTools address, the base URL of its kept pages' server), the
+    latter None where there is none or where it serves other npm files than this process would load (a
+    ``--versions`` environment's engine: that worker opens a page of its own)."""
     if not endpoint or MARK not in endpoint:
         return endpoint, None
-    cdp, _, pages = endpoint.partition(MARK)
-    return cdp, pages
+    cdp, _, rest = endpoint.partition(MARK)
+    pages, _, tag = rest.partition("&modules=")
+    return cdp, pages if tag == modules_tag() else None
+
+
+def advertise(endpoint: str, pages_base: str) -> str:
+    """The endpoint that names the kept pages' server (and which npm files it serves)."""
+    return f"{endpoint}{MARK}{pages_base}&modules={modules_tag()}"
+
+
+def modules_tag() -> str:
+    """Which npm folder this process's pages load (a digest of its path)."""
+    from portability.web.paths import modules_dir
+
+    return hashlib.sha256(str(modules_dir().resolve()).encode()).hexdigest()[:12]
 
 
 def served_dirs() -> tuple[str, ...]:
-    """The npm folders the kept pages' server serves: every browser engine's (``WebRuntime.served_dirs``)."""
-    from portability.runtimes.litert_js import LiteRtJs
-    from portability.runtimes.ort_web import OrtWeb
-    from portability.runtimes.tfjs import Tfjs
+    """The npm folders the kept pages' server serves: every browser engine's (``WebRuntime.served_dirs``;
+    ``tests/test_kept_pages.py`` holds them to it)."""
+    from portability.web.paths import ENGINE_DIRS
 
-    return tuple(dict.fromkeys(d for cls in (OrtWeb, Tfjs, LiteRtJs) for d in cls.served_dirs()))
+    return ENGINE_DIRS
 
 
 def key(engine: str, cfg: dict[str, Any]) -> str:

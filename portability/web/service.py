@@ -36,7 +36,7 @@ class KeepingChromium(Chromium):
 
             if modules_dir().is_dir():
                 self.pages = HarnessServer(HARNESS_DIR, modules_dir(), module_dirs=pool.served_dirs()).start()
-                self.endpoint = f"{self.endpoint}{pool.MARK}{self.pages.base}"
+                self.endpoint = pool.advertise(self.endpoint, self.pages.base)
         except BaseException:
             self.stop()
             raise
