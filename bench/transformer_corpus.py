@@ -57,7 +57,7 @@ for name, (shape, kind) in spec["inputs"].items():
     if kind == "ids": ex.append(torch.randint(0, 128, shape))
     elif kind == "mask": ex.append(torch.ones(shape, dtype=torch.int64))
     else: ex.append(torch.rand(shape))
-m = Plain(model)
+m = Plain(model).eval()  # inference: no Dropout, as a published export is
 with torch.no_grad():
     try:  # the TorchScript exporter, as published exports mostly are; else the dynamo one (opset 18)
         torch.onnx.export(m, tuple(ex), out + ".onnx", input_names=spec["names"], output_names=["last_hidden_state"],

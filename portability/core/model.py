@@ -13,6 +13,7 @@ from pathlib import Path
 
 from portability.core.artifact import Artifact, sha256_files
 from portability.core.errors import BadModel
+from portability.core.random_ops import random_nodes
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class ModelInfo:
     framework: str | None = None
     #: the quantized ops the graph carries (a model quantized already: ``QUANTIZED_OPS``)
     quantized_ops: tuple[str, ...] = ()
+    #: the nodes that draw random numbers (``core/random_ops.py``): outputs that change from run to run
+    random_ops: tuple[str, ...] = ()
     #: (height, width) the model's metadata gives for its images, and the key that gave it (``image_size``)
     image_size: tuple[int, int] | None = None
     image_size_from: str | None = None
@@ -72,7 +75,7 @@ class ModelInfo:
                    outputs=tuple(TensorSpec.from_dict(t) for t in d["outputs"]),
                    external_data=tuple(d.get("external_data", ())), index_bounds=dict(d.get("index_bounds") or {}),
                    format=d.get("format", "onnx"), framework=d.get("framework"),
-                   quantized_ops=tuple(d.get("quantized_ops") or ()),
+                   quantized_ops=tuple(d.get("quantized_ops") or ()), random_ops=tuple(d.get("random_ops") or ()),
                    image_size=tuple(d["image_size"]) if d.get("image_size") else None,
                    image_size_from=d.get("image_size_from"), sample_rate=d.get("sample_rate"))
 
@@ -90,6 +93,7 @@ class ModelInfo:
             "outputs": [t.to_dict() for t in self.outputs],
             "external_data": list(self.external_data),
             **({"quantized_ops": list(self.quantized_ops)} if self.quantized_ops else {}),
+            **({"random_ops": list(self.random_ops)} if self.random_ops else {}),
         }
 
 
@@ -270,6 +274,7 @@ def _load_model(path: str | os.PathLike) -> ModelInfo:
         external_data=tuple(str(f.relative_to(p.parent)) for f in files),
         index_bounds=_index_bounds(model, {i.name for i in inputs}),
         quantized_ops=quantized_ops(model.graph),
+        random_ops=random_nodes(model),
         **dict(zip(("image_size", "image_size_from"), image_size(model))),
         sample_rate=sample_rate(model),
     )

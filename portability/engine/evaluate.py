@@ -68,6 +68,11 @@ class Evaluator:
                 f"int8 variants (cosine >= {q['cosine']}, top-1 agreement >= {q['top1_agreement']}, max_abs reported "
                 "but not judged), since runtimes' integer kernels round differently"]
 
+    def random_note(self) -> list[str]:
+        from portability.core.random_ops import note
+
+        return [note(self.model.random_ops)] if self.model.random_ops else []
+
     def skipped(self, target: Target, reason: str, hint: str | None) -> TargetResult:
         v = verdict.skipped(target, self.opts.gate)
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,

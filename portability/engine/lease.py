@@ -138,7 +138,8 @@ class Runner:
 
     def notes(self, results: list[TargetResult]) -> list[str]:
         """The check's notes: the inputs' warnings, then what the results say of the model as a whole."""
-        return (list(self.feeds.warnings) + list(self.services.notes) + self.judge.quantized_note() + self.synthesized_failed[:1]
+        return (list(self.feeds.warnings) + list(self.services.notes) + self.judge.random_note() + self.judge.quantized_note()
+                + self.synthesized_failed[:1]
                 + self.judge.odd_one_out(results, self.targets) + verdict.delegate_ab(results, self.targets))
 
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
