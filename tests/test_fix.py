@@ -41,6 +41,8 @@ def test_check_fix_finds_the_onnx2tf_option_that_makes_gelu_load_and_pass(tmp_pa
     r = check_json(tmp_path, model, "--targets", "mobile/tflite-fp32", "--runs", "0", "--fix", expect_rc=1)
     t = by_id(r)["mobile/tflite-fp32"]
     assert t["status"] != "pass"  # as converted by default: the Erf
+    # the failure itself names the route that fixes it
+    assert t["op"] == "FlexErf" and t["hint"].startswith("--fix retries the conversion with onnx2tf -rtpo Erf"), t["hint"]
     fix = t["details"]["fix"]
     assert fix["passing"] is not None, fix
     assert fix["passing"]["alternative"].startswith("onnx2tf -rtpo") and "Erf" in fix["passing"]["option"]

@@ -34,3 +34,23 @@ CONVERTERS = (
     "portability.converters.coreml:CoremlFromTorch",
     "portability.converters.coreml:CoremlFromSavedModel",
 )
+
+
+def fix_hint(op: str | None, steps) -> str | None:
+    """The hint for a target that failed on ``op`` (``FlexErf``: a TensorFlow op left in a ``.tflite``) when a
+    converter of its chain (``steps``: converter paths or class names) declares a fix for that op (its
+    ``fixes``, which ``--fix`` tries): None otherwise."""
+    from portability.core.target import load_class
+
+    if not op:
+        return None
+    bare = op[4:] if op.startswith("Flex") else op
+    paths = {c.rsplit(":", 1)[-1]: c for c in CONVERTERS}
+    for step in dict.fromkeys(s.rsplit(":", 1)[-1] for s in steps):
+        if step not in paths:
+            continue
+        for fix in load_class(paths[step]).fixes:
+            if bare in fix.get("ops", ()):
+                name = fix["name"].replace("{ops}", bare)
+                return f"--fix retries the conversion with {name} and names the setting that passes"
+    return None

@@ -12,6 +12,7 @@ from portability.core.errors import UsageError
 from portability.core.model import ModelInfo, quantization
 from portability.core.protocol import WorkerResult, load_outputs
 from portability.core.status import Status
+from portability.converters.registry import fix_hint
 from portability.engine import verdict
 from portability.settings.options import CheckOptions
 from portability.workers import log_tail
@@ -127,7 +128,9 @@ class Evaluator:
         if is_ref and wr.ok:
             self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
-                            runtime=wr.runtime, device=wr.device, error=wr.error, hint=wr.hint, op=wr.op, node=wr.node,
+                            runtime=wr.runtime, device=wr.device, error=wr.error,
+                            hint=wr.hint or (None if wr.ok else fix_hint(wr.op, [c for c, _ in target.converters])),
+                            op=wr.op, node=wr.node,
                             artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + samples_note(wr.details) + timing_note(m) + artifact_notes(wr.details),
                             details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
 
