@@ -133,3 +133,27 @@ def test_torch_export_to_onnx(torch_src, tmp_path, via, digits):
     assert f"dynamo={via is None}" in art.meta["produced_by"]
     assert np.abs(_stack(outs, "linear_1") - ref).max() < 1e-4
     assert (ref.argmax(1) == digits[1]).mean() > 0.8  # the fixture is a trained model
+
+
+def test_a_source_output_name_an_inner_value_holds_is_given_to_the_output_alone(tmp_path):
+    """A torch.export program names its output after its last FX node (``view_23``), and the exporter names
+    inner values alike: renaming the graph output to it must not define the name twice."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from portability.converters.onnx_names import rename_io
+
+    nodes = [helper.make_node("Relu", ["x"], ["view_23"]), helper.make_node("Neg", ["view_23"], ["out"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    sig = {"inputs": [{"name": "x"}], "outputs": [{"name": "view_23"}]}
+    rename_io(path, sig)
+    m = onnx.load(str(path))
+    onnx.checker.check_model(m, full_check=True)
+    assert [o.name for o in m.graph.output] == ["view_23"]
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    y = s.run(["view_23"], {"x": np.array([1.0, -2.0], np.float32)})[0]
+    assert y.tolist() == [-1.0, 0.0]

@@ -35,6 +35,13 @@ def rename_io(path: Path, sig: dict) -> dict[str, str]:
     mapping = {k: v for k, v in mapping.items() if k != v}
     if not mapping:
         return {}
+    # a wanted name an inner value of the graph holds already (a torch.export program names its output after
+    # its last FX node, ``view_23``, and the exporter its values alike): that value gets a fresh name first
+    taken = {x for n in _all_nodes(g) for x in (*n.input, *n.output)} | inits | {i.name for i in g.input}
+    for new in set(mapping.values()) & (taken - set(mapping)):
+        fresh = next(f"{new}__{k}" for k in range(1, 1 << 20) if f"{new}__{k}" not in taken)
+        taken.add(fresh)
+        mapping = {new: fresh, **mapping}
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         vi.name = mapping.get(vi.name, vi.name)
     for node in _all_nodes(g):

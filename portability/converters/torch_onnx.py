@@ -67,7 +67,7 @@ class _TorchToOnnx(Converter):
     dynamo: bool
 
     def version(self) -> str:
-        return f"1+torch{package_version('torch')}+onnxscript{package_version('onnxscript')}"
+        return f"2+torch{package_version('torch')}+onnxscript{package_version('onnxscript')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require({"torch": "pip install torch==2.13.0", "onnxscript": "pip install onnxscript"}, "to export a PyTorch model")
@@ -81,8 +81,8 @@ class _TorchToOnnx(Converter):
         names = dict(input_names=[t["name"] for t in ctx.signature["inputs"]],
                      output_names=[t["name"] for t in ctx.signature["outputs"]])
         try:
-            if self.dynamo:
-                torch.onnx.export(ep, _example(ctx), str(out), dynamo=True, external_data=False, opset_version=opset, **names)
+            if self.dynamo:  # its own names: the source's may be those of inner values too (renamed below)
+                torch.onnx.export(ep, _example(ctx), str(out), dynamo=True, external_data=False, opset_version=opset)
             else:
                 torch.onnx.export(_Eval(ep.module()), _example(ctx), str(out), dynamo=False, opset_version=opset, **names)
         except Exception as e:
