@@ -93,6 +93,21 @@ def test_a_tfjs_model_that_loads_and_fails_when_it_runs_is_a_run_error():
     assert isinstance(load, LoadError) and load.op == "DenseBincount"
 
 
+def test_a_grouped_convolution_tfjs_cannot_run_names_the_conv_and_the_route_that_splits_it():
+    """wav2vec2's positional convolution (groups 2) on TF.js: conv2d fails at run time; the ONNX op it computes is
+    named, and the hint names onnx2tf's -dgc (which ``--fix`` finds making it pass: docs/transformers.md)."""
+    from portability.converters.registry import fix_hint
+    from portability.core.errors import RunError
+    from portability.runtimes.tfjs import Tfjs
+
+    err = Tfjs({"backend": "cpu"}).op_error("inference: Error in conv2d: depth of input (32) must match input depth "
+                                            "for filter 16.", RunError)
+    assert isinstance(err, RunError) and err.op == "Conv"
+    hint = fix_hint(err.op, ["OnnxFromOnnx", "SavedModelFromOnnx", "TfjsFromSavedModel"])
+    assert hint and "onnx2tf -dgc" in hint
+    assert fix_hint("Conv", ["OnnxFromOnnx", "OrtFromOnnx"]) is None  # no converter of that route declares one
+
+
 def test_a_reference_failing_on_synthesized_inputs_says_what_to_give(tmp_path):
     """A Reshape whose target shape is an input: made-up integers are not a shape it takes."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])

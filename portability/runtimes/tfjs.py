@@ -23,7 +23,12 @@ from portability.runtimes.web import WebRuntime
 _OP = re.compile(r"(?:Tensorflow Op is not supported|Op is not supported)[:\s]*'?(?P<op>\w+)'?"
                  r"|Kernel '(?P<kernel>\w+)' not registered"
                  r"|Activation (?P<act>\w+) has not been implemented"
-                 r"|(?P<act2>\w+) activation not yet supported for \w+")
+                 r"|(?P<act2>\w+) activation not yet supported for \w+"
+                 r"|Error in (?P<failed>\w+):")
+#: TF.js kernels that fail at run time ("Error in conv2d: ...") -> the ONNX op they compute (a converter's
+#: fixes are declared by ONNX op: onnx2tf -dgc splits a grouped Conv that TF.js's conv2d cannot run)
+_ONNX_OP = {"conv2d": "Conv", "depthwiseConv2d": "Conv", "conv3d": "Conv", "conv2dTranspose": "ConvTranspose",
+            "matMul": "MatMul", "batchMatMul": "MatMul"}
 
 
 class Tfjs(WebRuntime):
@@ -95,6 +100,8 @@ class Tfjs(WebRuntime):
         if m:  # the stage stays what it was: an op missing when the graph loads, or when it first runs
             d = m.groupdict()
             act = d["act"] or d["act2"]
+            if d["failed"]:
+                return cls(message, op=_ONNX_OP.get(d["failed"], d["failed"]))
             return cls(message, op=d["op"] or d["kernel"] or act.capitalize())
         return cls(message)
 
