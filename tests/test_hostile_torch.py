@@ -22,7 +22,12 @@ UNSANDBOXED = ("--sandbox", "off")
 
 
 def _aoti_dirs(*folders: Path) -> set[Path]:
-    return {p for f in folders for p in f.rglob("aotinductor_*")}
+    """AOTInductor's folders and files under ``folders`` (a folder another process removes meanwhile is
+    skipped: the system's temp folder is shared with whatever else runs)."""
+    import os
+
+    return {Path(root) / n for f in folders for root, dirs, files in os.walk(f, onerror=lambda e: None)
+            for n in dirs + files if n.startswith("aotinductor_")}
 
 
 def _net():

@@ -298,7 +298,10 @@ def test_ctrl_c_or_a_kill_leaves_no_browser_or_worker(tmp_path, request, sig):
     # --timeout: the hung page stays hung until the signal, however slowly a loaded machine starts the check
     p = subprocess.Popen([sys.executable, "-m", "portability", "check", str(FIXTURES / "mlp.onnx"), "--no-history",
                           "--targets", "test/web-hang,web/ort-wasm,web/tfjs-wasm", "--timeout", "300"], cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # as from a terminal: a test process (a pytest-xdist worker) may ignore SIGINT, and its
+                         # children would inherit that
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(scratch.glob("portability-chromium-*")):
         time.sleep(0.2)
