@@ -63,19 +63,13 @@ def own_services(monkeypatch):
     monkeypatch.setenv("PORTABILITY_RESIDENT", "off")
 
 
-def _run_root(tmp_path_factory) -> Path:
-    """The temporary folder of the whole test run: the session's own, or, where the tests run in several
-    processes (pytest-xdist), the folder all of theirs are in (its artifact cache is safe to share: each entry
-    is written under a lock and renamed into place)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
     """Each test session gets its own artifact cache, so tests never depend on the user's (MXNet's
     provisioned environment and the converters provisioned apart excepted: they are tools, not cache entries)."""
-    monkeypatch.setenv("PORTABILITY_CACHE_DIR", str(_run_root(tmp_path_factory) / "cache"))
+    # each test process its own (with pytest-xdist too): the study's resumable state lives there as well, and a
+    # test must not resume rows another process's test is writing
+    monkeypatch.setenv("PORTABILITY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
     monkeypatch.setenv("PORTABILITY_MXNET_VENV", MXNET_VENV)
     monkeypatch.setenv("PORTABILITY_TOOLS_DIR", TOOLS_DIR)
 
