@@ -23,6 +23,7 @@ import numpy as np
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, TargetError, Unavailable
 from portability.runtimes.base import Availability, Runtime
+from portability.web.pool import MAX_KEPT_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +298,7 @@ class WebRuntime(Runtime):
         try:
             if kept is not None:
                 kept.park(self.pool_facts(), keep=self._healthy and browser is not None and not browser.crashed
-                          and self.served_model_bytes <= _pool().MAX_KEPT_BYTES)
+                          and self.served_model_bytes <= MAX_KEPT_BYTES)
             if browser is not None:
                 browser.close()
         finally:
@@ -349,12 +350,6 @@ class WebRuntime(Runtime):
             errors = self._browser.console_text() if self._browser else []
             msg = errors[-1] if errors else "unknown error in the page"
         return f"{_STAGES.get(res.get('stage'), 'in the page')}: {msg[:2000]}"
-
-
-def _pool():
-    from portability.web import pool
-
-    return pool
 
 
 def _origin(base: str | None) -> str | None:
