@@ -1,6 +1,7 @@
 """``portability check MODEL``: the main command."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -47,6 +48,23 @@ class _Progress:
             self.console.print(f"  [{STYLE.get(r.status, '')}]{r.status:<13}[/] {r.id:<24} {took}", highlight=False)
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What the command line asked besides the model and its settings: the files, the baseline, the history."""
+    json_path: Optional[Path] = None
+    junit_path: Optional[Path] = None
+    html_path: Optional[Path] = None
+    markdown_path: Optional[Path] = None
+    baseline: Optional[str] = None
+    save_outputs: Optional[Path] = None
+    baseline_latency: bool = False
+    max_size_growth: Optional[float] = None
+    no_history: bool = False
+    config: Optional[Path] = None
+    profile: Optional[str] = None
+    quiet: bool = False
+
+
 @takes_settings("check")
 def check(
     model: Path = typer.Argument(..., help="The model: an ONNX file (external data beside it is supported), a Keras 3 .keras file, a SavedModel folder, a .tflite file, a TF.js model.json (or its folder), a torch.export .pt2 program, or an MXNet NAME-symbol.json (NAME-0000.params beside it).", show_default=False),
@@ -67,24 +85,23 @@ def check(
     """Convert MODEL for each target, run it there, compare with the source's own runtime, and report.
 
     Exit 0 when every gating target passed, 1 when one failed, 2 on a usage error or bad model/input."""
-    command = {"model": model, "json_path": json_path, "junit_path": junit_path, "html_path": html_path,
-               "markdown_path": markdown_path, "baseline": baseline, "save_outputs": save_outputs,
-               "baseline_latency": baseline_latency, "max_size_growth": max_size_growth, "no_history": no_history,
-               "config": config, "profile": profile, "quiet": quiet}
-    return _check(command, settings)
+    asked = _Asked(json_path=json_path, junit_path=junit_path, html_path=html_path, markdown_path=markdown_path,
+                   baseline=baseline, save_outputs=save_outputs, baseline_latency=baseline_latency,
+                   max_size_growth=max_size_growth, no_history=no_history, config=config, profile=profile, quiet=quiet)
+    return _check(model, asked, settings)
 
 
-def _settings(f: dict[str, Any]) -> dict:
+def _settings(config: Optional[Path], profile: Optional[str]) -> dict:
     """The settings file's table (with ``--profile``'s settings over it)."""
     from portability.settings.config import find_config, load_config
     from portability.core.errors import UsageError
 
-    if f["config"] and not f["config"].is_file():
-        raise UsageError(f"config file not found: {f['config']}")
-    return load_config(f["config"] or find_config(Path.cwd()), f["profile"])
+    if config and not config.is_file():
+        raise UsageError(f"config file not found: {config}")
+    return load_config(config or find_config(Path.cwd()), profile)
 
 
-def _check(f: dict[str, Any], flags: dict[str, Any]) -> int:
+def _check(model: Path, f: _Asked, flags: dict[str, Any]) -> int:
     from rich.console import Console
 
     from portability.cli import outputs
@@ -94,32 +111,32 @@ def _check(f: dict[str, Any], flags: dict[str, Any]) -> int:
     from portability.engine.grid import check as run_check  # one check, or one per --shape-grid shape
 
     err = Console(stderr=True)
-    cfg = _settings(f)
+    cfg = _settings(f.config, f.profile)
     opts = resolve({k: v for k, v in cfg.items() if k not in COMPARE}, flags)
-    outputs.require_writable(f["json_path"], f["junit_path"], f["html_path"], f["markdown_path"], f["save_outputs"])
-    outputs.require_plotting(f["html_path"])
-    tol = outputs.tolerances(cfg, f["baseline_latency"], f["max_size_growth"])
-    base = outputs.load_baseline(f["baseline"] if f["baseline"] is not None else cfg.get("baseline"))
+    outputs.require_writable(f.json_path, f.junit_path, f.html_path, f.markdown_path, f.save_outputs)
+    outputs.require_plotting(f.html_path)
+    tol = outputs.tolerances(cfg, f.baseline_latency, f.max_size_growth)
+    base = outputs.load_baseline(f.baseline if f.baseline is not None else cfg.get("baseline"))
     _say_sandbox(opts.sandbox, err)
-    info = load_source_isolated(f["model"], sandbox=opts.sandbox, shapes=opts.shapes)
+    info = load_source_isolated(model, sandbox=opts.sandbox, shapes=opts.shapes)
     outputs.require_comparable(base, info.to_dict())
-    if not f["quiet"]:
+    if not f.quiet:
         shape_s = ", ".join(f"{i.name} {i.dtype}[{','.join('?' if d is None else str(d) for d in i.shape)}]" for i in info.inputs)
         kind = f"opset {info.opset}" if info.format == "onnx" else f"{info.format} ({info.framework})"
-        err.print(f"[bold]{f['model']}[/]  {kind}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)
-    progress = _Progress(err, f["quiet"])
+        err.print(f"[bold]{model}[/]  {kind}, {info.size_bytes / 1024:.1f} KB, {info.producer}; inputs: {shape_s}", highlight=False)
+    progress = _Progress(err, f.quiet)
     kept: dict = {}
     with err.status("starting…") as status:
         progress.status = status
-        report = run_check(f["model"], opts, progress, model=info, kept=kept)
+        report = run_check(model, opts, progress, model=info, kept=kept)
         if opts.localize:
             from portability.explain.localize import attach
 
-            attach(report, f["model"], opts, say=lambda s: status.update(s))
+            attach(report, model, opts, say=lambda s: status.update(s))
         if opts.fix:
             from portability.explain import fix
 
-            fix.attach(report, f["model"], opts, say=lambda s: status.update(f"fix: {s}…"))
+            fix.attach(report, model, opts, say=lambda s: status.update(f"fix: {s}…"))
     from portability.report.golden import Golden
 
     golden = Golden.of(kept["inputs"], kept["outputs"]) if kept else None
@@ -140,7 +157,7 @@ def _say_sandbox(mode: str, err) -> None:
         err.print(f"[yellow]note:[/] not sandboxed: {why}", highlight=False)
 
 
-def _report(f: dict[str, Any], report, base, tol, err, golden=None) -> int:
+def _report(f: _Asked, report, base, tol, err, golden=None) -> int:
     """Print the table and notes, write the files, record the history, compare with the baseline; the exit code."""
     from rich.console import Console
 
@@ -166,22 +183,22 @@ def _report(f: dict[str, Any], report, base, tol, err, golden=None) -> int:
         out.print(f"  [bold]{tid}[/] localized: {localized.line(doc)}", highlight=False, soft_wrap=True)
     for tid, doc in localized.fixes(report):
         out.print(f"  [bold]{tid}[/] fix: {localized.fix_line(doc)}", highlight=False, soft_wrap=True)
-    if f["json_path"]:
-        write_json(report, f["json_path"])
-        err.print(f"report: {f['json_path']}")
-    if f["junit_path"]:
-        write_junit(report, f["junit_path"])
-    if f["save_outputs"] and golden is not None:
+    if f.json_path:
+        write_json(report, f.json_path)
+        err.print(f"report: {f.json_path}")
+    if f.junit_path:
+        write_junit(report, f.junit_path)
+    if f.save_outputs and golden is not None:
         import json
 
         from portability.report.files import to_json
 
-        golden.save(f["save_outputs"], json.loads(to_json(report)))
-        err.print(f"outputs: {f['save_outputs']}")
+        golden.save(f.save_outputs, json.loads(to_json(report)))
+        err.print(f"outputs: {f.save_outputs}")
     changes = outputs.compare(base, report, tol, golden)
-    for line in outputs.write_files(report, changes, f["html_path"], f["markdown_path"]):
+    for line in outputs.write_files(report, changes, f.html_path, f.markdown_path):
         err.print(line, highlight=False)
-    run_id, why = (None, None) if f["no_history"] else outputs.record(report, golden)
+    run_id, why = (None, None) if f.no_history else outputs.record(report, golden)
     if run_id is not None or why:
         err.print(f"history: run {run_id}" if run_id is not None else f"[yellow]history not recorded:[/] {why}", highlight=False)
     for line in outputs.change_lines(changes):

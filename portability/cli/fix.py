@@ -36,7 +36,8 @@ def fix(
     opts = resolve(settings, {"targets": target})
     _say_sandbox(opts.sandbox, err)
     say = (lambda s: None) if quiet else (lambda s: err.print(f"  {s}…", highlight=False))
-    doc = engine.search(model, target, opts, say)
+    with engine.opened(model, opts) as (info, session):
+        doc = engine.search(model, target, opts, session, info, say)
     out = Console() if Console().is_terminal else Console(width=160)
     for x in doc["tried"]:
         out.print(f"  {x['alternative']}: {x['status']}" + (f" ({x['error']})" if x.get("error") else ""), highlight=False,

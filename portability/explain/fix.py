@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from portability.core.errors import UsageError
 from portability.core.status import FAILING, Status
-
 
 
 @dataclass(frozen=True)
@@ -132,72 +132,72 @@ def _model_ops(path: Path, fmt: str) -> tuple[set[str], list[str]]:
     return {n.op_type for n in g.node}, [i.name for i in g.input if i.name not in inits]
 
 
-def search(model_path: Path, target: str, opts, say: Callable[[str], None] = lambda s: None, session=None,
-           status: Status | None = None, info=None) -> dict:
-    """Try the alternatives for ``target`` until one passes: ``{"target", "status", "tried": [{"alternative",
-    "status", "error"}], "passing": {"alternative", "option", "command"} | None}``. ``status``: the target's
-    status in the check already run (else a check finds it)."""
-    from portability.engine import plan
-    from portability.engine.pipeline import check as run_check
+@contextmanager
+def opened(model_path: Path, opts) -> Iterator[tuple[Any, Any]]:
+    """The model read (in the sandbox) and one session for every check a search makes: ``(info, session)``."""
     from portability.engine.pipeline import load_source_isolated
     from portability.engine.session import Session
 
-    info = info or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+    info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+    with Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),)) as session:
+        yield info, session
+
+
+def search(model_path: Path, target: str, opts, session, info, say: Callable[[str], None] = lambda s: None,
+           status: Status | None = None) -> dict:
+    """Try the alternatives for ``target`` until one passes: ``{"target", "status", "tried": [{"alternative",
+    "status", "error"}], "passing": {"alternative", "option", "command"} | None}``. ``session`` and ``info``:
+    from :func:`opened`. ``status``: the target's status in the check already run (else a check finds it)."""
+    from portability.engine import plan
+    from portability.engine.pipeline import check as run_check
+
     targets, no_route, _ = plan.for_check(info.format, target, opts.via)
     t = next((x for x in targets if x.id == target), None)
     if t is None or target in no_route:
         raise UsageError(f"no route to {target} from a {info.format} model" + (f": {no_route[target]}" if target in no_route else ""))
     ops, inputs = _model_ops(Path(model_path), info.format)
     base = dataclasses.replace(opts, targets=target, runs=0, robustness=False, versions={}, localize=None, fix=False)
-    own = session or Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),))
-    try:
-        def status_under(extra: dict) -> tuple[Status, str | None]:
-            tid = extra.get("target", target)
-            o = dataclasses.replace(base, targets=tid, via=extra.get("via", base.via),
-                                    converter_options=_merge(base.converter_options, extra.get("converter_options", {})),
-                                    runtime_options=_merge(base.runtime_options, extra.get("runtime_options", {})))
-            r = run_check(Path(model_path), o, model=info, session=own)
-            res = next(x for x in r.targets if x.id == tid)
-            return res.status, res.error
 
-        if status is None:
-            say(f"{target} as it is")
-            status, _ = status_under({})
-        doc: dict[str, Any] = {"target": target, "status": status, "tried": [], "passing": None}
-        if status not in FAILING:
-            doc["why"] = f"nothing to fix: the target's status is {status}"
-            return doc
-        steps = [p.rsplit(":", 1)[-1] for p, _ in t.converters]
-        for alt in alternatives(steps, t.runtime, ops, inputs, target, info.format, _siblings(t, targets[0].id)):
-            if alt.drift_only and status != Status.DRIFT:
-                continue
-            say(f"{target} with {alt.name}")
-            st, err = status_under(alt.settings)
-            doc["tried"].append({"alternative": alt.name, "status": st, **({"error": err} if err else {})})
-            if st == Status.PASS:
-                doc["passing"] = {"alternative": alt.name, "option": alt.option,
-                                  **({"command": alt.command} if alt.command else {})}
-                break
-        if not doc["tried"]:
-            doc["why"] = "no alternative applies to this target's route"
+    def status_under(extra: dict) -> tuple[Status, str | None]:
+        tid = extra.get("target", target)
+        o = dataclasses.replace(base, targets=tid, via=extra.get("via", base.via),
+                                converter_options=_merge(base.converter_options, extra.get("converter_options", {})),
+                                runtime_options=_merge(base.runtime_options, extra.get("runtime_options", {})))
+        r = run_check(Path(model_path), o, model=info, session=session)
+        res = next(x for x in r.targets if x.id == tid)
+        return res.status, res.error
+
+    if status is None:
+        say(f"{target} as it is")
+        status, _ = status_under({})
+    doc: dict[str, Any] = {"target": target, "status": status, "tried": [], "passing": None}
+    if status not in FAILING:
+        doc["why"] = f"nothing to fix: the target's status is {status}"
         return doc
-    finally:
-        if session is None:
-            own.close()
+    steps = [p.rsplit(":", 1)[-1] for p, _ in t.converters]
+    for alt in alternatives(steps, t.runtime, ops, inputs, target, info.format, _siblings(t, targets[0].id)):
+        if alt.drift_only and status != Status.DRIFT:
+            continue
+        say(f"{target} with {alt.name}")
+        st, err = status_under(alt.settings)
+        doc["tried"].append({"alternative": alt.name, "status": st, **({"error": err} if err else {})})
+        if st == Status.PASS:
+            doc["passing"] = {"alternative": alt.name, "option": alt.option,
+                              **({"command": alt.command} if alt.command else {})}
+            break
+    if not doc["tried"]:
+        doc["why"] = "no alternative applies to this target's route"
+    return doc
 
 
 def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s: None) -> None:
     """``check --fix``: search for each failing target of ``report``; the result is its ``details.fix``."""
-    from portability.engine.pipeline import load_source_isolated
-    from portability.engine.session import Session
-
     failing = [t for t in report.targets if t.status in FAILING and t.id != report.reference]
     if not failing:
         return
-    info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
-    with Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),)) as session:
+    with opened(model_path, opts) as (info, session):
         for t in failing:
             try:
-                t.details["fix"] = search(Path(model_path), t.id, opts, say, session=session, status=t.status, info=info)
+                t.details["fix"] = search(Path(model_path), t.id, opts, session, info, say, status=t.status)
             except UsageError as e:
                 t.details["fix"] = {"target": t.id, "status": t.status, "tried": [], "passing": None, "why": str(e)}
