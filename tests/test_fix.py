@@ -15,37 +15,31 @@ from conftest import by_id, check_json, run_cli
 pytestmark = pytest.mark.mobile
 
 
-def gelu(tmp_path) -> str:
-    """A layer with the exact GELU, x * 0.5 * (1 + Erf(x / sqrt 2)), as PyTorch exports nn.GELU(): onnx2tf
-    turns Erf into TensorFlow's Erf, which TFLite runs only as a Flex (select TF) op."""
+def atan(tmp_path) -> str:
+    """A layer then Atan: onnx2tf turns it into TensorFlow's Atan, which TFLite has no built-in for and runs
+    only as a Flex (select TF) op; its -rtpo builds it from built-ins."""
     rng = np.random.default_rng(0)
-    c = lambda v, n: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
-             helper.make_node("Div", ["h", "sqrt2"], ["hs"], name="gelu/div"),
-             helper.make_node("Erf", ["hs"], ["e"], name="gelu/erf"),
-             helper.make_node("Add", ["e", "one"], ["e1"], name="gelu/add"),
-             helper.make_node("Mul", ["h", "e1"], ["m"], name="gelu/mul"),
-             helper.make_node("Mul", ["m", "half"], ["y"], name="gelu/half")]
-    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"), helper.make_node("Atan", ["h"], ["y"], name="atan")]
+    g = helper.make_graph(nodes, "atan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
-                          [c(rng.standard_normal((8, 8)) * 0.5, "w"), c(np.sqrt(2.0), "sqrt2"), c(1.0, "one"), c(0.5, "half")])
+                          [numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.5).astype(np.float32), "w")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
-    path = tmp_path / "gelu.onnx"
+    path = tmp_path / "atan.onnx"
     onnx.save(m, path)
     return str(path)
 
 
-def test_check_fix_finds_the_onnx2tf_option_that_makes_gelu_load_and_pass(tmp_path):
-    model = gelu(tmp_path)
+def test_check_fix_finds_the_onnx2tf_option_that_makes_a_flex_op_load_and_pass(tmp_path):
+    model = atan(tmp_path)
     r = check_json(tmp_path, model, "--targets", "mobile/tflite-fp32", "--runs", "0", "--fix", expect_rc=1)
     t = by_id(r)["mobile/tflite-fp32"]
-    assert t["status"] != "pass"  # as converted by default: the Erf
+    assert t["status"] != "pass"  # as converted by default: the Atan
     # the failure itself names the route that fixes it
-    assert t["op"] == "FlexErf" and t["hint"].startswith("--fix retries the conversion with onnx2tf -rtpo Erf"), t["hint"]
+    assert t["op"] == "FlexAtan" and t["hint"].startswith("--fix retries the conversion with onnx2tf -rtpo Atan"), t["hint"]
     fix = t["details"]["fix"]
     assert fix["passing"] is not None, fix
-    assert fix["passing"]["alternative"].startswith("onnx2tf -rtpo") and "Erf" in fix["passing"]["option"]
+    assert fix["passing"]["alternative"].startswith("onnx2tf -rtpo") and "Atan" in fix["passing"]["option"]
     assert fix["tried"][-1]["status"] == "pass"
     # the setting as the report gives it, in a settings file: the target now passes
     (tmp_path / "portability.toml").write_text(fix["passing"]["option"] + "\n")
@@ -58,7 +52,7 @@ def test_check_fix_finds_the_onnx2tf_option_that_makes_gelu_load_and_pass(tmp_pa
 
 
 def test_fix_says_nothing_to_fix_for_a_passing_target(tmp_path):
-    p = run_cli("fix", gelu(tmp_path), "--target", "server/ort-cpu-noopt", "--json", str(tmp_path / "f.json"))
+    p = run_cli("fix", atan(tmp_path), "--target", "server/ort-cpu-noopt", "--json", str(tmp_path / "f.json"))
     assert p.returncode == 0, p.stderr
     doc = json.loads((tmp_path / "f.json").read_text())
     assert doc["status"] == "pass" and doc["tried"] == [] and doc["passing"] is None
@@ -67,7 +61,7 @@ def test_fix_says_nothing_to_fix_for_a_passing_target(tmp_path):
 def test_onnx2tf_options_outside_the_list_are_refused(tmp_path):
     (tmp_path / "portability.toml").write_text('[converter_options.SavedModelFromOnnx]\nargs = ["-o", "/tmp/elsewhere"]\n')
     (tmp_path / "r").mkdir()
-    r = check_json(tmp_path / "r", gelu(tmp_path), "--targets", "mobile/tflite-fp32", "--runs", "0", "--config",
+    r = check_json(tmp_path / "r", atan(tmp_path), "--targets", "mobile/tflite-fp32", "--runs", "0", "--config",
                    str(tmp_path / "portability.toml"), expect_rc=1)
     t = by_id(r)["mobile/tflite-fp32"]
     assert t["status"] == "convert-error" and "onnx2tf option -o is not one a check may add" in t["error"]

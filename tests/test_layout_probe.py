@@ -125,3 +125,19 @@ def test_outputs_named_with_a_leading_slash_pair_by_onnx2tf_spelling_not_positio
     sig = {"wa/model.3/act/Sigmoid_output_0": 53, "wa/model.3/conv/Conv_output_0": 52}
     pairs = _match(onnx, details, sig, "outputs")
     assert [d["index"] for d in pairs] == [52, 53]
+
+
+def test_tfjs_inputs_are_matched_by_name_whatever_order_and_suffix_the_converter_writes():
+    """The tensorflowjs converter may key a SavedModel's ``input_ids`` as ``input_ids:0`` and order keys its
+    own way; matching by position then fed the attention mask as the token ids (a BERT drifting at
+    cosine 0.61 on every TF.js backend)."""
+    from portability.converters.tfjs import tfjs_io
+
+    spec = lambda n: {"name": f"{n}:0", "dtype": "DT_INT32", "tensorShape": {"dim": [{"size": "1"}, {"size": "8"}]}}  # noqa: E731
+    doc = {"signature": {"inputs": {"attention_mask:0": spec("attention_mask"), "input_ids:0": spec("input_ids")},
+                         "outputs": {"output_0": {"name": "Identity:0"}}}}
+    meta = {"onnx_signature": {"inputs": [{"name": "input_ids"}, {"name": "attention_mask"}], "outputs": [{"name": "y"}]},
+            "tflite_io": {"inputs": [{"onnx": "input_ids", "key": "input_ids"}, {"onnx": "attention_mask", "key": "attention_mask"}],
+                          "outputs": [{"onnx": "y", "key": "output_0"}]}}
+    io = tfjs_io(doc, meta)
+    assert [(e["onnx"], e["key"]) for e in io["inputs"]] == [("input_ids", "input_ids:0"), ("attention_mask", "attention_mask:0")]

@@ -26,6 +26,7 @@ import numpy as np
 
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.base import ConvertContext, Converter, package_version, require, run_tool
+from portability.converters.tflite_builtins import UNFUSED, builtin_notes, default_args, fuse_gelu
 from portability.converters.calibration import batch_of, calibration_batches, converter_error_lines
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_savedmodel, describe_tflite, layout_notes
@@ -53,7 +54,7 @@ def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _versions() -> str:
-    return f"4+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
+    return f"8+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
 _NEEDS = {"onnx2tf": "pip install --no-deps onnx2tf==1.29.24 (see requirements/)", "tensorflow": "pip install tensorflow-cpu",
@@ -229,7 +230,17 @@ class SavedModelFromOnnx(Converter):
                 except Exception as e:
                     raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
             sig = read_signature(model) if shapes or not ctx.signature else ctx.signature
-            return self._convert(model, out_dir, ctx, shapes, sig, extra_args(options.get("args")))
+            own = extra_args(options.get("args"))
+            gelu = fuse_gelu(model, Path(tmp) / "gelu.onnx", unfused=out_dir / UNFUSED / "model.onnx")
+            args, builtin = default_args(Path(tmp) / "gelu.onnx" if gelu else model, own)
+            art = self._convert(Path(tmp) / "gelu.onnx" if gelu else model, out_dir, ctx, shapes, sig, args)
+        if gelu:  # TF.js has no Erfc (TensorFlow's exact GELU): its converter takes onnx2tf's SavedModel of this copy
+            art.meta.update(fused_gelu=gelu, unfused={"path": f"{UNFUSED}/model.onnx", "args": own})
+            art.meta["not_part"] = art.meta["not_part"] + [UNFUSED]
+        if builtin:
+            art.meta["builtin_ops"] = builtin
+        art.meta["notes"] = art.meta["notes"] + builtin_notes(art.meta)
+        return art
 
     def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None, sig: dict,
                  args: list[str]) -> Artifact:
@@ -302,7 +313,10 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
     try:
         return conv.convert()
     except Exception as e:
-        raise ConvertError(f"TFLite converter ({quant}) failed: " + " | ".join(converter_error_lines(e))) from None
+        lines = converter_error_lines(e)
+        flex = re.search(r"\((Flex\w+)\)", " ".join(lines))  # "Node number 1 (FlexErf) failed to prepare"
+        raise ConvertError(f"TFLite converter ({quant}) failed" + (f" at {flex.group(1)}, a TensorFlow (Flex) op" if flex else "")
+                           + ": " + " | ".join(lines), op=flex.group(1) if flex else None) from None
 
 
 def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) -> Artifact:
@@ -326,7 +340,7 @@ def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) 
         io = describe_tflite(out, sm_meta["onnx_signature"], native=native)
         _keep_float_layouts(io, sm_meta["tflite_io"])
     meta["tflite_io"] = io
-    meta["notes"] = layout_notes(io, "the .tflite file")
+    meta["notes"] = layout_notes(io, "the .tflite file") + builtin_notes(sm_meta)
     return Artifact(path=out, format="tflite", sha256="", meta=meta)
 
 

@@ -14,7 +14,9 @@ Options: ``quantize``: ``None`` (float32 weights) | ``float16`` | ``uint8`` | ``
 from __future__ import annotations
 
 import json
+import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,15 @@ def _failure_lines(log: str, limit: int = 8) -> list[str]:
     return (ops + errors)[:limit] if ops else (errors or lines)[-limit:]
 
 
+def unsupported_ops(log: str) -> list[str]:
+    """The ops the converter refused: the line after its "Unsupported Ops in the model ..." (``Erfc, Foo``)."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip() and not ln.lstrip().startswith(_NOISE)]
+    for i, ln in enumerate(lines[:-1]):
+        if re.match(r"^\w*Error: Unsupported Ops in the model", ln):
+            return [o.strip() for o in lines[i + 1].split(",") if re.fullmatch(r"[A-Za-z_][\w.]*", o.strip())]
+    return []
+
+
 def tfjs_io(model_json: dict, saved_model_meta: dict) -> dict[str, Any]:
     """ONNX name <-> TF.js signature key, with the layouts onnx2tf chose.
 
@@ -91,8 +102,11 @@ def tfjs_io(model_json: dict, saved_model_meta: dict) -> dict[str, Any]:
 
 
 def _key(wanted: str | None, keys: list[str], i: int, kind: str) -> str:
-    if wanted in keys:
-        return wanted
+    """The model.json's signature key of the SavedModel's ``wanted`` (the converter may write ``input_ids:0``
+    for ``input_ids``, and orders keys its own way); by position only when no key names it."""
+    named = [k for k in keys if k == wanted or k.split(":")[0] == wanted]
+    if wanted and named:
+        return named[0]
     if i < len(keys):
         return keys[i]
     raise ConvertError(f"the TF.js model has {len(keys)} signature {kind}, fewer than the ONNX model")
@@ -103,36 +117,57 @@ def _dtype(tf_dtype: str | None) -> str:
     return {"DT_INT32": "int32", "DT_INT64": "int32", "DT_BOOL": "bool"}.get(tf_dtype or "", "float32")
 
 
+def _without_fusions(src: Artifact, out: Path, ctx: ConvertContext) -> Artifact:
+    """The SavedModel to convert: ``src``, or, where onnx2tf converted a copy whose exact GELUs were fused for
+    TFLite (TensorFlow's exact GELU is an ``Erfc``, which TF.js lacks), onnx2tf's SavedModel of the model as
+    it was, in ``out``, with its own signature and layouts."""
+    unfused = src.meta.get("unfused")
+    if not unfused:
+        return src
+    from portability.converters.onnx2tf import SavedModelFromOnnx
+
+    out.mkdir(parents=True)
+    return SavedModelFromOnnx()._convert(src.folder / unfused["path"], out, ctx, src.meta.get("input_shapes"),
+                                         src.meta["onnx_signature"], list(unfused.get("args") or []))
+
+
 class TfjsFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "tfjs"
     uses = ("tensorflowjs",)
 
     def version(self) -> str:
-        return f"3+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
+        return f"6+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require(_NEEDS, "to convert to TF.js")
         quantize = options.get("quantize")
         if quantize not in QUANTIZE:
             raise ConvertError(f"TfjsFromSavedModel: quantize {quantize!r} not in {list(QUANTIZE)}")
-        cmd = [sys.executable, "-c", _BOOT, "--input_format=tf_saved_model", "--output_format=tfjs_graph_model",
-               "--signature_name=serving_default", "--saved_model_tags=serve", "--use_structured_outputs_names=true",
-               *QUANTIZE[quantize], str(src.folder), str(out_dir)]
-        # oneDNN's graph rewrites (a LayerNorm fused into _MklLayerNorm on x86) make ops no TF.js backend has
-        p = run_tool(cmd, "tensorflowjs converter", ctx.timeout_s, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1",
-                     TF_ENABLE_ONEDNN_OPTS="0")
+        with tempfile.TemporaryDirectory(prefix="portability-tfjs-") as tmp:
+            sm = _without_fusions(src, Path(tmp) / "saved_model", ctx)
+            cmd = [sys.executable, "-c", _BOOT, "--input_format=tf_saved_model", "--output_format=tfjs_graph_model",
+                   "--signature_name=serving_default", "--saved_model_tags=serve", "--use_structured_outputs_names=true",
+                   *QUANTIZE[quantize], str(sm.folder), str(out_dir)]
+            # oneDNN's graph rewrites (a LayerNorm fused into _MklLayerNorm on x86) make ops no TF.js backend has
+            p = run_tool(cmd, "tensorflowjs converter", ctx.timeout_s, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="-1",
+                         TF_ENABLE_ONEDNN_OPTS="0")
         model = out_dir / "model.json"
         if p.returncode != 0 or not model.is_file():
-            lines = _failure_lines(p.stdout)
-            raise ConvertError(f"tensorflowjs converter failed (exit {p.returncode}): " + " | ".join(lines))
+            ops = unsupported_ops(p.stdout)
+            if ops:
+                raise ConvertError(f"tensorflowjs converter failed (exit {p.returncode}): TF.js has no {', '.join(ops)} "
+                                   "(Unsupported Ops in the model)", op=ops[0])
+            raise ConvertError(f"tensorflowjs converter failed (exit {p.returncode}): " + " | ".join(_failure_lines(p.stdout)))
         doc = json.loads(model.read_text())
         ops = sorted({n["op"] for n in doc["modelTopology"].get("node", [])} - {"Const", "Placeholder", "Identity"})
         return Artifact(path=model, format="tfjs", sha256="", meta={
             "onnx_signature": src.meta.get("onnx_signature"),
-            "tfjs_io": tfjs_io(doc, src.meta),
+            "tfjs_io": tfjs_io(doc, sm.meta),
             "ops": ops,
             "weights_quantization": quantize,
             "converted_by": doc.get("convertedBy"),
-            "notes": layout_notes(src.meta.get("tflite_io") or {}, "the SavedModel this model is converted from"),
+            "notes": layout_notes(sm.meta.get("tflite_io") or {}, "the SavedModel this model is converted from")
+            + (["converted from onnx2tf's SavedModel of the model as given: the exact GELUs fused for TFLite become "
+                "an Erfc in TensorFlow, which TF.js lacks"] if src.meta.get("unfused") else []),
         })
