@@ -58,14 +58,18 @@ for name, (shape, kind) in spec["inputs"].items():
     elif kind == "mask": ex.append(torch.ones(shape, dtype=torch.int64))
     else: ex.append(torch.rand(shape))
 m = Plain(model).eval()  # inference: no Dropout, as a published export is
+# dynamic batch, and sequence (token inputs) or samples (audio), as published exports are; images: batch only
+axes = {n: ({0: "batch", 1: "sequence"} if kind in ("ids", "mask") else {0: "batch", 1: "samples"} if len(shape) == 2
+            else {0: "batch"}) for n, (shape, kind) in spec["inputs"].items()}
 with torch.no_grad():
     try:  # the TorchScript exporter, as published exports mostly are; else the dynamo one (opset 18)
         torch.onnx.export(m, tuple(ex), out + ".onnx", input_names=spec["names"], output_names=["last_hidden_state"],
-                          opset_version=17, dynamo=False)
+                          opset_version=17, dynamo=False, dynamic_axes=axes)
     except Exception as e:
         print(f"{out}: TorchScript export failed ({str(e)[:120]}); dynamo export", file=sys.stderr)
         torch.onnx.export(m, tuple(ex), out + ".onnx", input_names=spec["names"], output_names=["last_hidden_state"],
-                          opset_version=18, dynamo=True)
+                          opset_version=18, dynamo=True,  # forward(*xs): one tuple argument
+                          dynamic_shapes=(tuple({d: torch.export.Dim.AUTO for d in a} for a in axes.values()),))
     try:
         torch.export.save(torch.export.export(m, tuple(ex)), out + ".pt2")
     except Exception as e:  # a model torch.export cannot capture (data-dependent control flow): no .pt2

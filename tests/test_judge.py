@@ -95,3 +95,19 @@ def test_the_worst_of_a_target():
     assert drift.worst({"outputs": {"a": {"max_abs": float("inf"), "cosine": 0.0}}}, "finite") == (None, 0.0)
     assert drift.worst({"outputs": {"a": {"max_abs": 2e-5, "cosine": 1.0}}}) == (2e-5, 1.0)
     assert drift.worst({}) == (None, None) and drift.agreement(metrics) == 0.75
+
+
+def test_a_decoders_logits_get_top1_at_every_position_and_a_hidden_state_none():
+    """``logits [batch, sequence, vocab]`` (stacked by input batch: rank 4) is scores over its last axis at each
+    position; a hidden state of the same rank is not scores."""
+    import numpy as np
+
+    from portability.metrics import drift
+
+    ref = np.random.default_rng(0).standard_normal((2, 1, 8, 50)).astype(np.float32)
+    got = ref.copy()
+    got[0, 0, 3] = -got[0, 0, 3]  # one position's argmax moves
+    per, agreement, problems = drift.compare({"logits": ref}, {"logits": got})
+    assert agreement == 15 / 16 and per["logits"]["top1_agreement"] == 15 / 16 and not problems
+    per, agreement, _ = drift.compare({"last_hidden_state": ref}, {"last_hidden_state": got})
+    assert agreement is None and "top1_agreement" not in per["last_hidden_state"]

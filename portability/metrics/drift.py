@@ -1,6 +1,8 @@
 """Numeric drift of a target's outputs against the reference's, per output, and top-1 agreement."""
 from __future__ import annotations
 
+import re
+
 import math
 
 import numpy as np
@@ -197,17 +199,26 @@ def snr_db(ref: np.ndarray, diff: np.ndarray) -> float:
     return round(10.0 * float(np.log10(signal / noise)), 3) if signal > 0 else float("-inf")
 
 
-def looks_like_scores(arr: np.ndarray) -> bool:
-    """[batches, (batch,) classes] floats (as stacked by the worker), more than one class."""
-    return isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim in (2, 3) and arr.shape[-1] > 1
+#: an output named so holds scores over its last axis whatever its rank (a decoder's ``logits``
+#: ``[batch, sequence, vocab]``): its top-1 is taken at every position
+SCORE_NAMES = re.compile(r"logit|score|prob", re.IGNORECASE)
+
+
+def looks_like_scores(arr: np.ndarray, name: str = "") -> bool:
+    """[batches, (batch,) classes] floats (as stacked by the worker), more than one class; or any rank for an
+    output whose name says it holds scores (SCORE_NAMES)."""
+    return (isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim >= 2 and arr.shape[-1] > 1
+            and (arr.ndim in (2, 3) or bool(SCORE_NAMES.search(name))))
 
 
 def top1(arr: np.ndarray) -> np.ndarray:
     return np.argmax(arr, axis=-1).reshape(-1)
 
 
-def top1_agreement(ref: np.ndarray, got: np.ndarray) -> float | None:
-    if not looks_like_scores(ref) or ref.shape != got.shape:
+def top1_agreement(ref: np.ndarray, got: np.ndarray, name: str = "") -> float | None:
+    """The share of positions (every row, and every sequence position of a named score output) whose argmax
+    over the last axis agrees."""
+    if not looks_like_scores(ref, name) or ref.shape != got.shape:
         return None
     return float(np.mean(top1(ref) == top1(got)))
 
@@ -248,7 +259,7 @@ def compare(ref: dict[str, np.ndarray], got: dict[str, np.ndarray], quant: dict 
             problems.append(f"output '{name}' has shape {list(g.shape[1:])}, reference {list(r.shape[1:])} (values compared in order)")
         scale = (quant.get(name) or {}).get("scale")
         per[name] = output_drift(r, g.reshape(r.shape), scale)
-        a = top1_agreement(r, g.reshape(r.shape))
+        a = top1_agreement(r, g.reshape(r.shape), name)
         if a is not None:
             per[name]["top1_agreement"] = a
             agreements.append(a)

@@ -216,7 +216,7 @@ def comparable(before: Golden, after: Golden) -> str | None:
     return f"the inputs differ ({what(a)} → {what(b)}): outputs not compared"
 
 
-def _moved(k0: Kept, k1: Kept, thresholds: dict) -> list[tuple[str, Any, Any, str]]:
+def _moved(k0: Kept, k1: Kept, thresholds: dict, name: str = "") -> list[tuple[str, Any, Any, str]]:
     """(metric, before, after, text) of every way output ``k1`` moved from ``k0`` beyond ``thresholds``."""
     from portability.metrics import drift
     from portability.metrics.bounds import GOLDEN, bound
@@ -227,9 +227,9 @@ def _moved(k0: Kept, k1: Kept, thresholds: dict) -> list[tuple[str, Any, Any, st
         return []
     if k0.values.dtype.kind not in "fiub" or k1.values.dtype.kind not in "fiub":
         return [("digest", k0.digest[:12], k1.digest[:12], "values changed")]
-    scores = k0.whole and k1.whole and drift.looks_like_scores(k1.values)
+    scores = k0.whole and k1.whole and drift.looks_like_scores(k1.values, name)
     j = drift.judge(thresholds, stats={"": drift.output_drift(k0.values, k1.values)}, rule=GOLDEN,
-                    agreement=drift.top1_agreement(k0.values, k1.values) if scores else None)
+                    agreement=drift.top1_agreement(k0.values, k1.values, name) if scores else None)
     where = "" if k1.whole else f" (on {k1.values.size} sampled elements)"
     out = [(b.bound, b.ideal, b.value, b.text + ("" if b.bound == "nonfinite" else where))
            for b in j.breaches if b.output is not None]
@@ -257,6 +257,6 @@ def compare(before: Golden, after: Golden, thresholds: dict[str, dict]) -> tuple
                 continue
             if k0.whole != k1.whole:  # one side a sample (a JSON report's digests): the other's same elements
                 k0, k1 = k0.sampled(), k1.sampled()
-            for metric, x, y, text in _moved(k0, k1, thresholds.get(tid) or {}):
+            for metric, x, y, text in _moved(k0, k1, thresholds.get(tid) or {}, name):
                 changes.append(OutputChange(tid, name, metric, x, y, f"output '{name}' changed since the baseline: {text}"))
     return changes, None
