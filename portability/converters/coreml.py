@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from portability.converters.base import ConvertContext, Converter, package_version, require
+from portability.converters.onnx2tf import plain_saved_model
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
 
@@ -61,7 +63,7 @@ class CoremlFromTorch(Converter):
     uses_shapes = True
 
     def version(self) -> str:
-        return f"1+coremltools{package_version('coremltools')}+torch{package_version('torch')}"
+        return f"2+coremltools{package_version('coremltools')}+torch{package_version('torch')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require({"torch": "pip install torch==2.13.0", **_HINT}, "to convert to Core ML")
@@ -92,23 +94,25 @@ class CoremlFromSavedModel(Converter):
     cost = 2
 
     def version(self) -> str:
-        return f"1+coremltools{package_version('coremltools')}+tf{package_version('tensorflow-cpu')}"
+        return f"2+coremltools{package_version('coremltools')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require({"tensorflow": "pip install tensorflow-cpu", **_HINT}, "to convert to Core ML")
         ct = _import_ct()
         import tensorflow as tf
 
-        try:
-            loaded = tf.saved_model.load(str(src.folder))  # held while converting: its function reads its variables
-            fn = loaded.signatures["serving_default"]
-        except Exception as e:
-            raise ConvertError(f"the SavedModel has no serving_default signature to convert: {type(e).__name__}: {e}"[:500]) from None
-        try:
-            mlmodel = ct.convert([fn], source="tensorflow", minimum_deployment_target=ct.target.iOS17, convert_to="mlprogram")
-        except Exception as e:
-            raise _failed("SavedModel", e) from None
-        del loaded
+        with tempfile.TemporaryDirectory(prefix="portability-coreml-") as tmp:
+            sm = plain_saved_model(src, Path(tmp) / "saved_model", ctx)  # Core ML Tools has no Erfc
+            try:
+                loaded = tf.saved_model.load(str(sm.folder))  # held while converting: its function reads its variables
+                fn = loaded.signatures["serving_default"]
+            except Exception as e:
+                raise ConvertError(f"the SavedModel has no serving_default signature to convert: {type(e).__name__}: {e}"[:500]) from None
+            try:
+                mlmodel = ct.convert([fn], source="tensorflow", minimum_deployment_target=ct.target.iOS17, convert_to="mlprogram")
+            except Exception as e:
+                raise _failed("SavedModel", e) from None
+            del loaded
         return _saved(mlmodel, out_dir, {"onnx_signature": src.meta.get("onnx_signature") or ctx.signature,
                                          "produced_by": f"coremltools {ct.__version__} from the SavedModel's serving_default "
                                                         "(iOS 17 ML program)"})

@@ -6,11 +6,11 @@ and ``Int8TfliteFromSavedModel`` quantizes fully with calibration data, both sub
 SavedModel — the same ``TFLiteConverter.from_saved_model`` path onnx2tf's own ``-oiqt`` takes. Targets use
 ``tflite_chain(quant)``.
 
-onnx2tf is run as a subprocess (``python -m onnx2tf``) in a scratch folder on a **copy** of the model (it
-rewrites its input in place), with this environment's bin folder on PATH (it shells out to ``onnxsim``;
-without it, simplification is silently skipped), a seeded-noise ``calibration_image_sample_data_*.npy``
-in its working folder (it downloads one for any 3-channel input otherwise), and proxies pointing at a
-closed port so that nothing it does can reach the network.
+onnx2tf runs as a subprocess on a **copy** of the model (it rewrites its input in place), with this
+environment's bin folder on PATH (without ``onnxsim`` there it silently skips simplification), a seeded-noise
+``calibration_image_sample_data_*.npy`` in its working folder (it downloads one for any 3-channel input
+otherwise), and proxies pointing at a closed port: nothing it does can reach the network. The exact GELU and
+``Erf`` are made from TFLite's built-ins first (``tflite_builtins``).
 """
 from __future__ import annotations
 
@@ -234,11 +234,10 @@ class SavedModelFromOnnx(Converter):
             gelu = fuse_gelu(model, Path(tmp) / "gelu.onnx", unfused=out_dir / UNFUSED / "model.onnx")
             args, builtin = default_args(Path(tmp) / "gelu.onnx" if gelu else model, own)
             art = self._convert(Path(tmp) / "gelu.onnx" if gelu else model, out_dir, ctx, shapes, sig, args)
-        if gelu:  # TF.js has no Erfc (TensorFlow's exact GELU): its converter takes onnx2tf's SavedModel of this copy
-            art.meta.update(fused_gelu=gelu, unfused={"path": f"{UNFUSED}/model.onnx", "args": own})
-            art.meta["not_part"] = art.meta["not_part"] + [UNFUSED]
-        if builtin:
-            art.meta["builtin_ops"] = builtin
+        if gelu:  # TF.js and Core ML Tools have no Erfc (TensorFlow's exact GELU): plain_saved_model
+            art.meta.update(fused_gelu=gelu, unfused={"path": f"{UNFUSED}/model.onnx", "args": own},
+                            not_part=art.meta["not_part"] + [UNFUSED])
+        art.meta.update({"builtin_ops": builtin} if builtin else {})
         art.meta["notes"] = art.meta["notes"] + builtin_notes(art.meta)
         return art
 
@@ -353,6 +352,17 @@ def _keep_float_layouts(io: dict, ref: dict) -> None:
     io["resolved_by"] = ref.get("resolved_by", io["resolved_by"])
     if "probe" in ref:
         io["probe"] = ref["probe"]
+
+
+def plain_saved_model(src: Artifact, out: Path, ctx: ConvertContext) -> Artifact:
+    """The SavedModel for TF.js and Core ML: ``src``, or, where its GELUs were fused for TFLite (TensorFlow's
+    exact GELU is an ``Erfc``, which they lack), onnx2tf's SavedModel of the model as given, made in ``out``."""
+    unfused = src.meta.get("unfused")
+    if not unfused:
+        return src
+    out.mkdir(parents=True)
+    return SavedModelFromOnnx()._convert(src.folder / unfused["path"], out, ctx, src.meta.get("input_shapes"),
+                                         src.meta["onnx_signature"], list(unfused.get("args") or []))
 
 
 class TfliteFromSavedModel(Converter):

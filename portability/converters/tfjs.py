@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from portability.converters.base import ConvertContext, Converter, package_version, run_tool, require
+from portability.converters.onnx2tf import plain_saved_model
 from portability.converters.tflite_layout import layout_notes
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
@@ -117,20 +118,6 @@ def _dtype(tf_dtype: str | None) -> str:
     return {"DT_INT32": "int32", "DT_INT64": "int32", "DT_BOOL": "bool"}.get(tf_dtype or "", "float32")
 
 
-def _without_fusions(src: Artifact, out: Path, ctx: ConvertContext) -> Artifact:
-    """The SavedModel to convert: ``src``, or, where onnx2tf converted a copy whose exact GELUs were fused for
-    TFLite (TensorFlow's exact GELU is an ``Erfc``, which TF.js lacks), onnx2tf's SavedModel of the model as
-    it was, in ``out``, with its own signature and layouts."""
-    unfused = src.meta.get("unfused")
-    if not unfused:
-        return src
-    from portability.converters.onnx2tf import SavedModelFromOnnx
-
-    out.mkdir(parents=True)
-    return SavedModelFromOnnx()._convert(src.folder / unfused["path"], out, ctx, src.meta.get("input_shapes"),
-                                         src.meta["onnx_signature"], list(unfused.get("args") or []))
-
-
 class TfjsFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "tfjs"
@@ -145,7 +132,7 @@ class TfjsFromSavedModel(Converter):
         if quantize not in QUANTIZE:
             raise ConvertError(f"TfjsFromSavedModel: quantize {quantize!r} not in {list(QUANTIZE)}")
         with tempfile.TemporaryDirectory(prefix="portability-tfjs-") as tmp:
-            sm = _without_fusions(src, Path(tmp) / "saved_model", ctx)
+            sm = plain_saved_model(src, Path(tmp) / "saved_model", ctx)
             cmd = [sys.executable, "-c", _BOOT, "--input_format=tf_saved_model", "--output_format=tfjs_graph_model",
                    "--signature_name=serving_default", "--saved_model_tags=serve", "--use_structured_outputs_names=true",
                    *QUANTIZE[quantize], str(sm.folder), str(out_dir)]
