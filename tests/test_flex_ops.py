@@ -103,3 +103,21 @@ def test_the_exact_gelu_passes_on_every_tflite_variant_and_tfjs_and_says_how(tmp
     assert t["mobile/coreml"]["status"] == "skipped" and "converted to Core ML" in t["mobile/coreml"]["error"], t["mobile/coreml"]
     assert any("exact GELU (Erf) converted as one GELU" in n for n in t["mobile/tflite-int8"]["notes"]), t["mobile/tflite-int8"]["notes"]
     assert any("TF.js lacks" in n for n in t["web/tfjs-cpu"]["notes"]), t["web/tfjs-cpu"]["notes"]
+
+
+@pytest.mark.mobile
+def test_localize_names_the_op_whose_flex_kernel_litert_lacks(tmp_path):
+    """A load-error for a Flex op is localized on the node of that op, not on one downstream of it."""
+    import json
+
+    from conftest import run_cli
+
+    _model(tmp_path / "m.onnx", [("Relu", ["m"], ["r"], "relu"), ("Atan", ["r"], ["a"], "atan"),
+                                 ("Tanh", ["a"], ["y"], "tanh")])
+    p = run_cli("localize", str(tmp_path / "m.onnx"), "--target", "mobile/tflite-fp32", "--out", str(tmp_path / "loc"))
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    doc = json.loads((tmp_path / "loc" / "localize.json").read_text())
+    first = doc["first_divergence"]
+    assert doc["mode"] == "error" and first["node"] == "atan" and first["op_type"] == "Atan", first
+    assert "FlexAtan" in first["error"] and first["op_at_fault"], first
+    assert "the op itself fails here" in p.stdout

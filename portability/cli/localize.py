@@ -74,7 +74,8 @@ def _show(doc: dict) -> None:
         out.print(f"{doc['target']}: {doc['status']}; {doc.get('why', '')}", highlight=False)
         return
     ins = ", ".join(f"{k} {_num(v)}" for k, v in first["inputs_max_abs"].items())
-    blame = "its inputs agree: the op itself computes differently here" if first["op_at_fault"] else "its inputs differ already"
+    blame = ("its inputs agree: the op itself " + ("fails here" if doc.get("mode") == "error" else "computes differently here")
+             if first["op_at_fault"] else "its inputs differ already")
     label = {"error": "first failing node", "constant": "first node whose output ignores the input"}.get(doc.get("mode"), "first divergence")
     out.print(f"[bold]{label}[/]: node {first['node'] or '(unnamed)'} ({first['op_type']}, #{first['index']}): "
               f"max |Δ| {_num(first.get('max_abs'))}, cosine {_num(first.get('cosine'), 'cos')}; inputs max |Δ| {ins}: {blame}",
