@@ -239,6 +239,12 @@ CASES = {
         _program_json(lambda d: d["graph_module"]["module_call_graph"][0]["signature"].update(
             in_spec=json.dumps([1, {"type": "builtins.dict", "context": json.dumps(["a'b"]), "children_spec": []}]))),
         "models/model.json", "key"),
+    "an output of a Hugging Face output class": (
+        _program_json(lambda d: d["graph_module"]["module_call_graph"][0]["signature"].update(
+            out_spec=json.dumps([1, {"type": "transformers.modeling_outputs.BaseModelOutput",
+                                     "context": json.dumps(["last_hidden_state"]), "children_spec": []}]))),
+        "models/model.json", "holds transformers.modeling_outputs.BaseModelOutput (only tuples, lists and dicts are "
+                             "read: export a module that returns a tuple — for a Hugging Face model, return_dict=False)"),
     "a custom object input": (
         _program_json(lambda d: d["graph_module"]["signature"]["input_specs"].append(
             {"custom_obj": {"arg": {"name": "obj", "class_fqn": "__torch__.Evil"}, "custom_obj_name": "obj"}})),

@@ -140,3 +140,32 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path):
 def test_unwritable_report_path_is_a_usage_error(tmp_path):
     p = run_cli("check", str(FIXTURES / "mlp.onnx"), "--json", str(tmp_path / "no" / "such" / "r.json"))
     assert p.returncode == 2 and "cannot write a report" in p.stderr
+
+
+def test_the_onnx_reference_names_the_node_it_fails_at(tmp_path):
+    """The reference evaluator's own errors name no node: the runtime says which one it was running."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from portability.core.artifact import Artifact
+    from portability.core.errors import RunError
+    from portability.runtimes.onnx_reference import OnnxReference
+
+    # a Reshape whose target shape comes from the input's values: valid for ONNX, wrong for this input
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="first"),
+                           helper.make_node("Reshape", ["r", "s"], ["y"], name="the_reshape")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                           helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    rt = OnnxReference()
+    rt.load(Artifact(path=tmp_path / "m.onnx", format="onnx", sha256=""))
+    x = np.ones((1, 4), np.float32)
+    assert rt.infer({"x": x, "s": np.array([2, 2], np.int64)})["y"].shape == (2, 2)
+    with pytest.raises(RunError) as e:
+        rt.infer({"x": x, "s": np.array([3, 3], np.int64)})
+    assert e.value.op == "Reshape" and e.value.node == "the_reshape", str(e.value)
+    assert "at Reshape node 'the_reshape'" in str(e.value)

@@ -28,17 +28,33 @@ class OnnxReference(Runtime):
             op = _op_from(str(e))
             raise LoadError(f"onnx.reference cannot build the graph: {str(e).splitlines()[0]}", op=op) from None
         self._out_names = [o.name for o in model.graph.output]
+        self._at = _follow(self.session)
 
     def describe(self) -> str:
         return f"onnx.reference {self._version}"
 
-
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._at[0] = None
         try:
             outs = self.session.run(None, feeds)
         except Exception as e:
-            raise RunError(f"onnx.reference failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}", op=_op_from(str(e))) from None
+            node = self._at[0]
+            op, name = (node.op_type, node.onnx_node.name or None) if node is not None else (_op_from(str(e)), None)
+            where = (f" at {op}" if op else "") + (f" node '{name}'" if name else "")
+            raise RunError(f"onnx.reference failed{where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                           op=op, node=name) from None
         return {n: np.asarray(o) for n, o in zip(self._out_names, outs)}
+
+
+def _follow(session) -> list:
+    """A one-item list that holds the node the evaluator runs (its main graph's), to name where it failed."""
+    at: list = [None]
+    for node in getattr(session, "rt_nodes_", []):
+        def run(*args, _run=node.run, _node=node, **kwargs):
+            at[0] = _node
+            return _run(*args, **kwargs)
+        node.run = run
+    return at
 
 
 def _op_from(msg: str) -> str | None:

@@ -96,7 +96,11 @@ def _treespec(s) -> None:
     while stack:
         node = stack.pop()
         if not isinstance(node, dict) or node.get("type") not in _TREESPEC_TYPES:
-            raise ValueError("an input/output structure holds something other than tuples, lists and dicts")
+            kind = node.get("type") if isinstance(node, dict) and isinstance(node.get("type"), str) else None
+            shown = kind[:120] if kind and re.fullmatch(r"[\w.]+", kind) else None
+            raise ValueError(f"an input/output structure holds {shown or 'something other than tuples, lists and dicts'}"
+                             + (" (only tuples, lists and dicts are read: export a module that returns a tuple — for a "
+                                "Hugging Face model, return_dict=False)" if shown else ""))
         keys = json.loads(node["context"]) if isinstance(node.get("context"), str) else None
         for k in keys if isinstance(keys, list) else []:
             if not isinstance(k, (int, str)) or (isinstance(k, str) and re.search(r"['\"\\]", k)):
