@@ -121,3 +121,49 @@ def test_localize_names_the_op_whose_flex_kernel_litert_lacks(tmp_path):
     assert doc["mode"] == "error" and first["node"] == "atan" and first["op_type"] == "Atan", first
     assert "FlexAtan" in first["error"] and first["op_at_fault"], first
     assert "the op itself fails here" in p.stdout
+
+
+def _embedding(path) -> None:
+    """y = Embedding[ids] · W: an int64 token input, as every exported text model has."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["e"], name="embed"), helper.make_node("MatMul", ["e", "W"], ["y"], name="fc")]
+    g = helper.make_graph(nodes, "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])],
+                          [numpy_helper.from_array(rng.standard_normal((50, 16)).astype(np.float32), "E"),
+                           numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def test_int64_inputs_are_taken_as_int32_with_a_cast_inside(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    from portability.converters.tflite_builtins import int32_inputs
+
+    _embedding(tmp_path / "m.onnx")
+    assert int32_inputs(tmp_path / "m.onnx", tmp_path / "i32.onnx") == ["ids"]
+    m = onnx.load(tmp_path / "i32.onnx")
+    assert m.graph.input[0].name == "ids" and m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT32
+    ids = np.random.default_rng(1).integers(0, 50, (1, 8))
+    want = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"ids": ids})[0]
+    got = ort.InferenceSession(str(tmp_path / "i32.onnx")).run(None, {"ids": ids.astype(np.int32)})[0]
+    np.testing.assert_array_equal(got, want)
+    assert int32_inputs(tmp_path / "i32.onnx", tmp_path / "again.onnx") == [] and not (tmp_path / "again.onnx").exists()
+
+
+@pytest.mark.web
+@pytest.mark.mobile
+def test_a_token_input_runs_on_litert_js_and_calibrates_int8(tmp_path):
+    """LiteRT.js takes no int64 tensor: the .tflite's token input is int32, and said to be."""
+    _embedding(tmp_path / "emb.onnx")
+    r = check_json(tmp_path, tmp_path / "emb.onnx", "--targets", "web/litert-js,mobile/tflite-fp32,mobile/tflite-int8",
+                   "--runs", "0")
+    t = by_id(r)
+    for tid in ("web/litert-js", "mobile/tflite-fp32", "mobile/tflite-int8"):
+        assert t[tid]["status"] == "pass", (tid, t[tid]["status"], t[tid]["error"])
+    assert any("the int64 input ids taken as int32" in n for n in t["web/litert-js"]["notes"]), t["web/litert-js"]["notes"]

@@ -26,7 +26,7 @@ import numpy as np
 
 from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.base import ConvertContext, Converter, package_version, require, run_tool
-from portability.converters.tflite_builtins import UNFUSED, builtin_notes, default_args, fuse_gelu
+from portability.converters.tflite_builtins import UNFUSED, builtin_notes, for_tflite
 from portability.converters.calibration import batch_of, calibration_batches, converter_error_lines
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_savedmodel, describe_tflite, layout_notes
@@ -54,7 +54,7 @@ def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _versions() -> str:
-    return f"8+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
+    return f"10+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
 _NEEDS = {"onnx2tf": "pip install --no-deps onnx2tf==1.29.24 (see requirements/)", "tensorflow": "pip install tensorflow-cpu",
@@ -230,15 +230,10 @@ class SavedModelFromOnnx(Converter):
                 except Exception as e:
                     raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
             sig = read_signature(model) if shapes or not ctx.signature else ctx.signature
-            own = extra_args(options.get("args"))
-            gelu = fuse_gelu(model, Path(tmp) / "gelu.onnx", unfused=out_dir / UNFUSED / "model.onnx")
-            args, builtin = default_args(Path(tmp) / "gelu.onnx" if gelu else model, own)
-            art = self._convert(Path(tmp) / "gelu.onnx" if gelu else model, out_dir, ctx, shapes, sig, args)
-        if gelu:  # TF.js and Core ML Tools have no Erfc (TensorFlow's exact GELU): plain_saved_model
-            art.meta.update(fused_gelu=gelu, unfused={"path": f"{UNFUSED}/model.onnx", "args": own},
-                            not_part=art.meta["not_part"] + [UNFUSED])
-        art.meta.update({"builtin_ops": builtin} if builtin else {})
-        art.meta["notes"] = art.meta["notes"] + builtin_notes(art.meta)
+            model, args, done = for_tflite(model, Path(tmp), out_dir, extra_args(options.get("args")))
+            art = self._convert(model, out_dir, ctx, shapes, sig, args)
+        art.meta.update(done, notes=art.meta["notes"] + builtin_notes(done))
+        art.meta["not_part"] += [UNFUSED] if "unfused" in done else []  # plain_saved_model: the model as given
         return art
 
     def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None, sig: dict,
@@ -283,6 +278,7 @@ def _calibration(ctx: ConvertContext, io: dict, sig: dict) -> tuple[list[dict[st
         s = {}
         for e in IoMap.from_dict(io).inputs:
             x = np.asarray(c[e.onnx])
+            x = x.astype(e.dtype) if x.dtype.kind in "iu" and e.dtype else x  # an int64 input taken as int32
             s[e.onnx] = x.transpose(e.perm) if e.perm else x.reshape(e.shape)
         samples.append(s)
     return samples, f"{source} ({n} samples" + (f" in {len(calls)} batches of {n // len(calls)})" if n != len(calls) else ")")

@@ -143,6 +143,34 @@ def fuse_gelu(src: Path, dst: Path, unfused: Path | None = None) -> int:
     return len(found)
 
 
+def int32_inputs(src: Path, dst: Path) -> list[str]:
+    """Write ``src`` with each int64 input taken as int32 and cast to int64 inside, under its own name, to
+    ``dst``: LiteRT.js (and TF.js) take no int64 tensor, and token ids fit in int32. The names of those inputs
+    (none: nothing is written)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    head = onnx.load(str(src), load_external_data=False)
+    inits, outs = {i.name for i in head.graph.initializer}, {o.name for o in head.graph.output}
+    names = [i.name for i in head.graph.input if i.name not in inits | outs and i.type.tensor_type.elem_type == TensorProto.INT64]
+    if not names or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in head.graph.node
+                        for a in n.attribute):  # a subgraph may read an input by its name: left as it is
+        return []
+    model = onnx.load(str(src))
+    inner = {n: f"{n}__int64" for n in names}
+    for node in model.graph.node:
+        node.input[:] = [inner.get(i, i) for i in node.input]
+    casts = [helper.make_node("Cast", [n], [inner[n]], to=TensorProto.INT64, name=f"{n}__to_int64") for n in names]
+    nodes = casts + list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    for i in model.graph.input:
+        if i.name in inner:
+            i.type.tensor_type.elem_type = TensorProto.INT32
+    _save(model, dst)
+    return names
+
+
 #: ONNX ops that onnx2tf turns into a TensorFlow op TFLite has no built-in for (a Flex op, which LiteRT and
 #: LiteRT.js cannot run) and that its ``-rtpo`` builds from built-ins within float32 rounding: taken by default.
 #: Erf (the exact GELU of BERT, ViT, wav2vec2): Abramowitz and Stegun 7.1.26, |error| <= 1.5e-7.
@@ -161,13 +189,33 @@ def default_args(model: Path, args: list[str]) -> tuple[list[str], list[str]]:
     return (args + ["-rtpo", *taken], taken) if taken else (args, [])
 
 
+def for_tflite(model: Path, tmp: Path, out_dir: Path, own: list[str]) -> tuple[Path, list[str], dict]:
+    """The ONNX model onnx2tf converts, its arguments and what was done (the artifact's meta): the exact GELUs
+    fused (the model as given kept in ``out_dir/UNFUSED`` for TF.js and Core ML Tools), int64 inputs taken as
+    int32, the remaining ``Erf`` built from built-ins (unless ``own``, the user's arguments, choose)."""
+    done: dict = {}
+    gelu = fuse_gelu(model, tmp / "gelu.onnx", unfused=out_dir / UNFUSED / "model.onnx")
+    if gelu:  # TF.js and Core ML Tools have no Erfc (TensorFlow's exact GELU): they convert the model as given
+        model, done["fused_gelu"], done["unfused"] = tmp / "gelu.onnx", gelu, {"path": f"{UNFUSED}/model.onnx", "args": own}
+    ints = int32_inputs(model, tmp / "int32.onnx")
+    if ints:
+        model, done["int32_inputs"] = tmp / "int32.onnx", ints
+    args, builtin = default_args(model, own)
+    if builtin:
+        done["builtin_ops"] = builtin
+    return model, args, done
+
+
 def builtin_notes(meta: dict) -> list[str]:
     """What an artifact made from a SavedModel of onnx2tf says about the ops built for TFLite's built-ins."""
-    gelu, ops = meta.get("fused_gelu") or 0, meta.get("builtin_ops") or []
+    gelu, ops, ints = meta.get("fused_gelu") or 0, meta.get("builtin_ops") or [], meta.get("int32_inputs") or []
     notes = [f"{gelu} exact GELU{'s' if gelu > 1 else ''} (Erf) converted as one GELU each (TFLite's built-in GELU, "
              "float and int8), not as a TensorFlow (Flex) op, which LiteRT cannot run"] if gelu else []
     if ops:
         notes.append(f"onnx2tf built {', '.join(ops)} from TFLite built-ins (-rtpo {' '.join(ops)}, within float32 "
                      "rounding), not as a TensorFlow (Flex) op, which LiteRT cannot run; an -rtpo of your own in "
                      "converter_options.SavedModelFromOnnx.args chooses instead")
+    if ints:
+        notes.append(f"the int64 input{'s' if len(ints) > 1 else ''} {', '.join(ints)} taken as int32 (cast to int64 "
+                     "inside): LiteRT.js takes no int64 tensor; values beyond ±2^31 would not fit")
     return notes

@@ -37,8 +37,12 @@ export async function create(cfg) {
       outputs = model.getOutputDetails();
     },
     prepare(feeds) {
+      // LiteRT.js may name a tensor without its ':0' or its 'serving_default_' prefix, and order the inputs
+      // its own way: matched by name first, by position only for an input no feed names
+      const plain = (n) => String(n).replace(/:\d+$/, '').replace(/^serving_default_/, '');
+      const byName = Object.fromEntries(Object.entries(feeds).map(([k, v]) => [plain(k), v]));
       return inputs.map((d, i) => {
-        const t = feeds[d.name] || Object.values(feeds)[i];
+        const t = feeds[d.name] || byName[plain(d.name)] || Object.values(feeds)[i];
         if (!t) throw new Error(`no feed for the model input '${d.name}'`);
         return new Tensor(t.data, t.shape);
       });
