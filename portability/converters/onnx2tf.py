@@ -54,7 +54,7 @@ def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _versions() -> str:
-    return f"10+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
+    return f"11+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
 _NEEDS = {"onnx2tf": "pip install --no-deps onnx2tf==1.29.24 (see requirements/)", "tensorflow": "pip install tensorflow-cpu",
@@ -230,14 +230,16 @@ class SavedModelFromOnnx(Converter):
                 except Exception as e:
                     raise ConvertError(f"fixing the input shapes {shapes} failed: {(str(e).splitlines() or [type(e).__name__])[0]}") from None
             sig = read_signature(model) if shapes or not ctx.signature else ctx.signature
-            model, args, done = for_tflite(model, Path(tmp), out_dir, extra_args(options.get("args")))
-            art = self._convert(model, out_dir, ctx, shapes, sig, args)
+            model, probed, args, done = for_tflite(model, Path(tmp), out_dir, extra_args(options.get("args")))
+            art = self._convert(model, out_dir, ctx, shapes, sig, args, probed)
         art.meta.update(done, notes=art.meta["notes"] + builtin_notes(done))
         art.meta["not_part"] += [UNFUSED] if "unfused" in done else []  # plain_saved_model: the model as given
         return art
 
     def _convert(self, model: Path, out_dir: Path, ctx: ConvertContext, shapes: dict | None, sig: dict,
-                 args: list[str]) -> Artifact:
+                 args: list[str], probed: Path | None = None) -> Artifact:
+        """``probed``: the model the layout probes run in ONNX Runtime on ``sig``'s inputs (``model`` unless its
+        inputs were retyped)."""
         raw = out_dir / ".onnx2tf"
         log = run_onnx2tf(model, raw, ctx.timeout_s, shapes, args)
         (out_dir / "tflite").mkdir()
@@ -248,8 +250,8 @@ class SavedModelFromOnnx(Converter):
                 shutil.move(str(f), str(out_dir / f.name))
         shutil.rmtree(raw)
         # each file's layout resolved on that file: a wrong .tflite must not lend its probe's guess
-        float_io = {q: describe_tflite(out_dir / "tflite" / f"{q}.tflite", sig, onnx_path=model) for q in _FLOAT_FILES}
-        io = describe_savedmodel(out_dir, float_io["fp32"], sig, model)
+        float_io = {q: describe_tflite(out_dir / "tflite" / f"{q}.tflite", sig, onnx_path=probed or model) for q in _FLOAT_FILES}
+        io = describe_savedmodel(out_dir, float_io["fp32"], sig, probed or model)
         warnings = [ln.strip() for ln in meaningful_lines(log, 6) if "WARN" in ln]
         return Artifact(path=out_dir / "saved_model.pb", format="saved_model", sha256="", meta={
             "onnx_signature": sig,

@@ -189,21 +189,23 @@ def default_args(model: Path, args: list[str]) -> tuple[list[str], list[str]]:
     return (args + ["-rtpo", *taken], taken) if taken else (args, [])
 
 
-def for_tflite(model: Path, tmp: Path, out_dir: Path, own: list[str]) -> tuple[Path, list[str], dict]:
-    """The ONNX model onnx2tf converts, its arguments and what was done (the artifact's meta): the exact GELUs
+def for_tflite(model: Path, tmp: Path, out_dir: Path, own: list[str]) -> tuple[Path, Path, list[str], dict]:
+    """The ONNX model onnx2tf converts, the one with the given input types (for layout probes that feed the
+    model's own inputs), onnx2tf's arguments and what was done (the artifact's meta): the exact GELUs
     fused (the model as given kept in ``out_dir/UNFUSED`` for TF.js and Core ML Tools), int64 inputs taken as
     int32, the remaining ``Erf`` built from built-ins (unless ``own``, the user's arguments, choose)."""
     done: dict = {}
     gelu = fuse_gelu(model, tmp / "gelu.onnx", unfused=out_dir / UNFUSED / "model.onnx")
     if gelu:  # TF.js and Core ML Tools have no Erfc (TensorFlow's exact GELU): they convert the model as given
         model, done["fused_gelu"], done["unfused"] = tmp / "gelu.onnx", gelu, {"path": f"{UNFUSED}/model.onnx", "args": own}
+    probed = model
     ints = int32_inputs(model, tmp / "int32.onnx")
     if ints:
         model, done["int32_inputs"] = tmp / "int32.onnx", ints
     args, builtin = default_args(model, own)
     if builtin:
         done["builtin_ops"] = builtin
-    return model, args, done
+    return model, probed, args, done
 
 
 def builtin_notes(meta: dict) -> list[str]:
