@@ -10,6 +10,9 @@ builds erf from a polynomial whose division fails in the int8 kernels. One ``Gel
 a model of an older opset is first converted to it, as ONNX's version converter does; onnx2tf runs the model
 in ONNX Runtime on the way, so the node must be one every runtime knows) becomes
 ``tf.nn.gelu(approximate=False)``: TFLite's built-in ``GELU``, in float and in int8.
+
+Int64 inputs (token ids) are taken as int32, cast to int64 inside (``int32_inputs``): LiteRT.js has no int64
+tensors. ``for_tflite`` does all of it and says what it did.
 """
 from __future__ import annotations
 
@@ -23,13 +26,17 @@ _SQRT2 = float(np.sqrt(2.0))
 
 
 def _consts(g) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
+    """The graph's one-element constants (initializers and Constant nodes); weights are never read."""
+    from onnx import TensorProto, numpy_helper
 
-    out = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    def scalar(t) -> bool:
+        return int(np.prod(t.dims)) <= 1 and t.data_location != TensorProto.EXTERNAL
+
+    out = {i.name: numpy_helper.to_array(i) for i in g.initializer if scalar(i)}
     for n in g.node:
         if n.op_type == "Constant" and len(n.output) == 1:
             for a in n.attribute:
-                if a.name == "value":
+                if a.name == "value" and scalar(a.t):
                     out[n.output[0]] = numpy_helper.to_array(a.t)
     return out
 
