@@ -99,3 +99,17 @@ def _renders(report: dict) -> None:
     with tempfile.TemporaryDirectory() as d:
         write_junit(rep, Path(d) / "j.xml")
         assert f'name="{tid}"' in (Path(d) / "j.xml").read_text()
+
+
+def test_a_calibrated_target_runs_the_artifact_calibrated_at_the_first_shape(tmp_path):
+    """Calibration follows the conversion shape: the QDQ model run at the second shape is the one calibrated on
+    the first shape's inputs (not a second conversion calibrated on the second's)."""
+    report = check_json(tmp_path, _seq_model(tmp_path / "seq.onnx"), "--targets", "server/ort-qdq",
+                        "--shape-grid", "x=" + ",".join(s.split("=")[1] for s in SHAPES), "--runs", "0",
+                        "--no-history", expect_rc=None)
+    got = by_id(report)
+    first, second = got["server/ort-qdq"], got[f"server/ort-qdq~{SHAPES[1]}"]
+    assert first["status"] == "pass" and second["status"] == "pass", (first["error"], second["error"])
+    assert first["artifact"]["sha256"] == second["artifact"]["sha256"]
+    steps = second["details"]["conversions"]
+    assert steps and all(c["cached"] for c in steps), steps  # nothing converted again at the second shape

@@ -66,6 +66,8 @@ class Job:
     feeds_source: str
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    #: a feeds file the converters calibrate on instead of ``feeds`` (empty: ``feeds``)
+    calibration: str = ""
     warmup: int = 10
     runs: int = 50
     time_budget_s: float | None = None

@@ -13,7 +13,11 @@ fixed a dynamic axis (a ``.tflite`` input without the model's dynamic dims), the
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
 
 from portability.core.errors import UsageError
 from portability.report.schema import Report, TargetResult
@@ -58,14 +62,18 @@ def check(model_path: str | os.PathLike, opts, progress=None, model=None, kept: 
     say = getattr(progress, "note", None) or (lambda s: None)
     rest = [s for s in opts.shapes if s.rpartition("=")[0] not in steps[0]]
     reports: list[Report] = []
-    convert = None
-    for i, step in enumerate(steps):
-        say(f"shape {i + 1}/{len(steps)}: {label(step)}" + (" (conversion shape)" if i == 0 else
-                                                             f" (artifacts converted at {label(steps[0])})"))
-        o = replace(opts, shapes=rest + [f"{n}={d}" for n, d in step.items()], shape_grid=[], convert_shapes=convert)
-        reports.append(run_check(model_path, o, progress, model=model, kept=kept if i == 0 else None, session=session))
-        if i == 0:
-            convert = dict(reports[0].inputs.get("shapes") or {})
+    convert, first = None, kept if kept is not None else {}
+    with tempfile.TemporaryDirectory(prefix="portability-grid-") as tmp:
+        calibration = Path(tmp) / "calibration.npz"  # the first shape's feeds: what its artifacts calibrated on
+        for i, step in enumerate(steps):
+            say(f"shape {i + 1}/{len(steps)}: {label(step)}" + (" (conversion shape)" if i == 0 else
+                                                                 f" (artifacts converted at {label(steps[0])})"))
+            o = replace(opts, shapes=rest + [f"{n}={d}" for n, d in step.items()], shape_grid=[], convert_shapes=convert,
+                        calibration_feeds=str(calibration) if i else None)
+            reports.append(run_check(model_path, o, progress, model=model, kept=first if i == 0 else None, session=session))
+            if i == 0:
+                convert = dict(reports[0].inputs.get("shapes") or {})
+                np.savez(calibration, **first["feeds"])
     return merge(reports, [label(s) for s in steps])
 
 

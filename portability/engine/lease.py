@@ -10,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from portability.core import inputs as inp
 from portability.core.model import ModelInfo
 from portability.core.protocol import Job, WorkerResult, save_feeds
@@ -60,6 +62,11 @@ class Runner:
         self.feeds_file = workdir / "feeds.npz"
         self.check_id = workdir.name  # unique per check (a fresh temporary folder)
         save_feeds(feeds.arrays, self.feeds_file, self.in_names)
+        self.calibration = ""
+        if getattr(opts, "calibration_feeds", None):  # into the run's folder, which its workers may read
+            with np.load(opts.calibration_feeds, allow_pickle=False) as z:
+                save_feeds({n: z[n] for n in self.in_names}, workdir / "calibration.npz", self.in_names)
+            self.calibration = str(workdir / "calibration.npz")
         self.gate = TimingGate(opts.jobs)
         self.readable = confine.readable(model.path, workdir, opts.cache_dir)
         #: a session's services (``engine/session.py``: several checks share them), else the check's own
@@ -164,7 +171,8 @@ class Runner:
                    sandbox=confine.worker(o.sandbox, self.readable, wdir, o.cache_dir, o.use_cache,
                                           self._runtime(target).network, dict(services or {})) if wdir else {},
                    target=target, source=self.model.artifact(), signature=self.model.signature(),
-                   feeds=str(self.feeds_file), feeds_source=self.feeds.source, input_names=self.in_names,
+                   feeds=str(self.feeds_file), feeds_source=self.feeds.source, calibration=self.calibration,
+                   input_names=self.in_names,
                    output_names=self.judge.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
                    convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,

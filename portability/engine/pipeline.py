@@ -92,7 +92,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         provenance = _provenance(feeds, opts)
         digests = Golden.of(provenance, run.judge.outputs).digests()
         if kept is not None:
-            kept.update(inputs=provenance, outputs=dict(run.judge.outputs))
+            kept.update(inputs=provenance, outputs=dict(run.judge.outputs), feeds=dict(feeds.arrays))
     finally:
         if session is None:
             shutdown()  # the pre-imported worker pool

@@ -80,6 +80,9 @@ class CheckOptions:
     shape_grid: list[str] = field(default_factory=list)
     #: {input: dims} the converters get instead of the feeds' shapes (a grid's further shapes reuse the first's)
     convert_shapes: dict | None = None
+    #: the feeds file the converters calibrate on instead of the check's own feeds (a grid's further shapes: the
+    #: first's, so that the artifacts they run are the ones converted at the first shape)
+    calibration_feeds: str | None = None
 
 
 def _path(v: Any, s: Setting) -> Path | None:

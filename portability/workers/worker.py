@@ -190,7 +190,7 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
         feeds = load_feeds(Path(job.feeds), job.input_names)
         cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache,
                       scratch_parent=Path.cwd(), scope=job.check_id)  # the run's folder: removed by the parent even if we are killed
-        art = _convert(job, feeds, events, p, cache)
+        art = _convert(job, load_feeds(Path(job.calibration), job.input_names) if job.calibration else feeds, events, p, cache)
         sandbox.narrow(sandbox.Sandbox.from_dict(job.sandbox))  # converted: the cache is no longer writable
 
         p.phase = Phase.LOAD
