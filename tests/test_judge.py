@@ -111,3 +111,6 @@ def test_a_decoders_logits_get_top1_at_every_position_and_a_hidden_state_none():
     assert agreement == 15 / 16 and per["logits"]["top1_agreement"] == 15 / 16 and not problems
     per, agreement, _ = drift.compare({"last_hidden_state": ref}, {"last_hidden_state": got})
     assert agreement is None and "top1_agreement" not in per["last_hidden_state"]
+    # a segmentation head's logits [batch, classes, height, width]: the last axis is no class axis
+    seg = np.random.default_rng(1).standard_normal((2, 1, 5, 4, 4)).astype(np.float32)
+    assert drift.compare({"logits": seg}, {"logits": seg})[1] is None

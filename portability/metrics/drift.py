@@ -199,16 +199,17 @@ def snr_db(ref: np.ndarray, diff: np.ndarray) -> float:
     return round(10.0 * float(np.log10(signal / noise)), 3) if signal > 0 else float("-inf")
 
 
-#: an output named so holds scores over its last axis whatever its rank (a decoder's ``logits``
-#: ``[batch, sequence, vocab]``): its top-1 is taken at every position
+#: an output named so, ``[batch, sequence, classes]`` (a decoder's ``logits`` over its vocabulary, a CTC head's
+#: over its frames), holds scores over its last axis: its top-1 is taken at every position. Not at a higher
+#: rank: a segmentation head's ``logits [batch, classes, height, width]`` has its classes elsewhere.
 SCORE_NAMES = re.compile(r"logit|score|prob", re.IGNORECASE)
 
 
 def looks_like_scores(arr: np.ndarray, name: str = "") -> bool:
-    """[batches, (batch,) classes] floats (as stacked by the worker), more than one class; or any rank for an
-    output whose name says it holds scores (SCORE_NAMES)."""
+    """[batches, (batch,) classes] floats (as stacked by the worker), more than one class; or [batches, batch,
+    positions, classes] for an output whose name says it holds scores (SCORE_NAMES)."""
     return (isinstance(arr, np.ndarray) and arr.dtype.kind == "f" and arr.ndim >= 2 and arr.shape[-1] > 1
-            and (arr.ndim in (2, 3) or bool(SCORE_NAMES.search(name))))
+            and (arr.ndim in (2, 3) or arr.ndim == 4 and bool(SCORE_NAMES.search(name))))
 
 
 def top1(arr: np.ndarray) -> np.ndarray:
