@@ -73,7 +73,7 @@ def check(model_path: str | os.PathLike, opts, progress=None, model=None, kept: 
             reports.append(run_check(model_path, o, progress, model=model, kept=first if i == 0 else None, session=session))
             if i == 0:
                 convert = dict(reports[0].inputs.get("shapes") or {})
-                np.savez(calibration, **first["feeds"])
+                np.savez(calibration, *first["feeds"].values(), names=np.array(list(first["feeds"])))  # names: any text
     return merge(reports, [label(s) for s in steps])
 
 

@@ -65,7 +65,8 @@ class Runner:
         self.calibration = ""
         if getattr(opts, "calibration_feeds", None):  # into the run's folder, which its workers may read
             with np.load(opts.calibration_feeds, allow_pickle=False) as z:
-                save_feeds({n: z[n] for n in self.in_names}, workdir / "calibration.npz", self.in_names)
+                given = {str(n): z[f"arr_{i}"] for i, n in enumerate(z["names"])}
+                save_feeds(given, workdir / "calibration.npz", self.in_names)
             self.calibration = str(workdir / "calibration.npz")
         self.gate = TimingGate(opts.jobs)
         self.readable = confine.readable(model.path, workdir, opts.cache_dir)
