@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The transformer corpus on every target: tiny BERT, ViT, GPT-2 and wav2vec2, built offline from their
+"""The transformer corpus on every target: tiny BERT, ViT, GPT-2 (without and with its key/value cache as
+inputs and outputs), wav2vec2, Whisper's encoder and T5 (an encoder-decoder), built offline from their
 configurations (random weights, no download), exported to ONNX and to a torch.export ``.pt2``, each checked
 with ``--targets all``; prints the models x targets table (the one ``docs/transformers.md`` holds).
 
@@ -37,6 +38,21 @@ CORPUS = {
                                         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2,
                                         do_stable_layer_norm=True, feat_extract_norm="layer"),
                  "Wav2Vec2Model", {"input_values": ((1, 1600), "float")}),
+    # one decoding step: a token, the cache of the 8 before it in, the logits and the grown cache out
+    "gpt2_kv": ("GPT2Config", dict(vocab_size=128, n_embd=32, n_layer=2, n_head=2, n_positions=64),
+                "GPT2LMHeadModel", {"input_ids": ((1, 1), "ids"), **{f"past_{kv}_{i}": ((1, 2, 8, 16), "past")
+                                                                     for i in range(2) for kv in ("key", "value")}}),
+    # the encoder alone, as speech-to-text deployments split it: 80 mel bins x 128 frames (a fixed length)
+    "whisper_enc": ("WhisperConfig", dict(vocab_size=128, num_mel_bins=80, d_model=32, encoder_layers=2,
+                                          encoder_attention_heads=2, decoder_layers=2, decoder_attention_heads=2,
+                                          encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=64,
+                                          max_target_positions=64, pad_token_id=1, bos_token_id=2,
+                                          eos_token_id=3, decoder_start_token_id=2),
+                    "WhisperModel.encoder", {"input_features": ((1, 80, 128), "float")}),
+    "t5": ("T5Config", dict(vocab_size=128, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2,
+                            num_heads=2, decoder_start_token_id=0),
+           "T5Model", {"input_ids": ((1, 8), "ids"), "attention_mask": ((1, 8), "mask"),
+                       "decoder_input_ids": ((1, 4), "ids")}),
 }
 
 BUILD = r'''
@@ -44,7 +60,10 @@ import json, sys, torch, transformers
 spec = json.loads(sys.argv[1]); out = sys.argv[2]
 torch.manual_seed(0)
 cfg = getattr(transformers, spec["config"])(**spec["settings"])
-model = getattr(transformers, spec["model"])(cfg).eval()
+cls, _, part = spec["model"].partition(".")
+model = getattr(transformers, cls)(cfg).eval()
+model = getattr(model, part) if part else model  # "WhisperModel.encoder": one part of the model
+kv = any(kind == "past" for _, kind in spec["inputs"].values())
 
 class Plain(torch.nn.Module):  # the first output (last hidden state), positional inputs
     def __init__(self, m):
@@ -52,24 +71,39 @@ class Plain(torch.nn.Module):  # the first output (last hidden state), positiona
     def forward(self, *xs):
         return self.m(**dict(zip(spec["names"], xs)), return_dict=False)[0]
 
+class Cached(torch.nn.Module):  # a decoding step: the token and the past cache in; logits and the new cache out
+    def __init__(self, m):
+        super().__init__(); self.m = m
+    def forward(self, input_ids, *past):
+        cache = transformers.DynamicCache([(past[i], past[i + 1]) for i in range(0, len(past), 2)], config=cfg)
+        out = self.m(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
+
 ex = []
 for name, (shape, kind) in spec["inputs"].items():
     if kind == "ids": ex.append(torch.randint(0, 128, shape))
     elif kind == "mask": ex.append(torch.ones(shape, dtype=torch.int64))
     else: ex.append(torch.rand(shape))
-m = Plain(model).eval()  # inference: no Dropout, as a published export is
-# dynamic batch, and sequence (token inputs) or samples (audio), as published exports are; images: batch only
-axes = {n: ({0: "batch", 1: "sequence"} if kind in ("ids", "mask") else {0: "batch", 1: "samples"} if len(shape) == 2
-            else {0: "batch"}) for n, (shape, kind) in spec["inputs"].items()}
+m = (Cached(model) if kv else Plain(model)).eval()  # inference: no Dropout, as a published export is
+# dynamic batch, and sequence (token inputs), samples (audio) or past length (a cache), as published exports are;
+# images and spectrograms: batch only
+axes = {n: ({0: "batch", 1: "decoder_sequence" if n.startswith("decoder_") else "sequence"} if kind in ("ids", "mask") else {0: "batch", 2: "past_sequence"} if kind == "past"
+            else {0: "batch", 1: "samples"} if len(shape) == 2 else {0: "batch"}) for n, (shape, kind) in spec["inputs"].items()}
+outputs = (["logits"] + [f"present_{kv}_{i}" for i in range(len(spec["names"]) // 2) for kv in ("key", "value")]
+           if kv else ["last_hidden_state"])
+if kv:
+    axes.update({n: {0: "batch", 1: "sequence"} if n == "logits" else {0: "batch", 2: "total_sequence"} for n in outputs})
 with torch.no_grad():
     try:  # the TorchScript exporter, as published exports mostly are; else the dynamo one (opset 18)
-        torch.onnx.export(m, tuple(ex), out + ".onnx", input_names=spec["names"], output_names=["last_hidden_state"],
+        torch.onnx.export(m, tuple(ex), out + ".onnx", input_names=spec["names"], output_names=outputs,
                           opset_version=17, dynamo=False, dynamic_axes=axes)
     except Exception as e:
         print(f"{out}: TorchScript export failed ({str(e)[:120]}); dynamo export", file=sys.stderr)
-        torch.onnx.export(m, tuple(ex), out + ".onnx", input_names=spec["names"], output_names=["last_hidden_state"],
-                          opset_version=18, dynamo=True,  # forward(*xs): one tuple argument
-                          dynamic_shapes=(tuple({d: torch.export.Dim.AUTO for d in a} for a in axes.values()),))
+        auto = [{d: torch.export.Dim.AUTO for d in axes[n]} for n in spec["names"]]
+        dims = (auto[0], tuple(auto[1:])) if kv else (tuple(auto),)  # forward(input_ids, *past) / forward(*xs)
+        torch.onnx.export(m, tuple(ex), out + ".onnx", input_names=spec["names"], output_names=outputs,
+                          opset_version=18, dynamo=True,
+                          dynamic_shapes=dims)
     try:
         torch.export.save(torch.export.export(m, tuple(ex)), out + ".pt2")
     except Exception as e:  # a model torch.export cannot capture (data-dependent control flow): no .pt2

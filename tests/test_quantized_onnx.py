@@ -38,3 +38,48 @@ def test_quantized_onnx_on_the_server_and_in_the_browser(tmp_path):
     assert abs(s["logits"]["cosine"] - w["logits"]["cosine"]) < 1e-3
     gpu = t["web/ort-webgpu-fp16"]
     assert gpu["status"] == "pass" or (gpu["status"] == "skipped" and "shader-f16" in gpu["error"]), gpu
+
+
+def _two_matmuls(path):
+    """A transformer's feed-forward block as an exporter writes it for a [batch, sequence, hidden] input: MatMul
+    by a constant weight, ReLU, MatMul (seeded weights)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1, w2 = (numpy_helper.from_array(rng.normal(0, 0.2, s).astype(np.float32), n) for n, s in
+              (("w1", (64, 128)), ("w2", (128, 10))))
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["logits"])], "ffn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8, 10])], [w1, w2])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+Q4 = ["server/ort-q4", "web/ort-wasm-q4", "web/ort-webgpu-q4"]
+
+
+def test_q4_and_q8_variants_of_a_transformer_block(tmp_path):
+    """transformers.js's web variants: 4-bit weights (MatMulNBits) on wasm and WebGPU, and int8 on WebGPU;
+    judged on what they still predict, every position's top-1 over the last axis."""
+    model = _two_matmuls(tmp_path / "ffn.onnx")
+    r = check_json(tmp_path, model, "--targets", ",".join(Q4 + ["web/ort-webgpu-int8", "web/ort-wasm-int8"]))
+    t = by_id(r)
+    for i in Q4:
+        assert t[i]["details"]["artifact_meta"]["quantized_ops"] == {"MatMulNBits": 2}, i
+        assert t[i]["status"] == "pass" and not t[i]["gating"], (i, t[i].get("error"), t[i].get("breaches"))
+        assert 0.98 <= t[i]["metrics"]["outputs"]["logits"]["cosine"] < 1.0, i  # 4-bit weights move the outputs, within q4's bounds
+    assert t["server/ort-q4"]["artifact"]["size_bytes"] < 0.25 * t["server/ort-cpu"]["artifact"]["size_bytes"]
+    # the same file on the server and in both browser back ends: the kernels agree far inside the quantization's error
+    cos = [t[i]["metrics"]["outputs"]["logits"]["cosine"] for i in Q4]
+    assert max(cos) - min(cos) < 1e-4, cos
+    for i in ("web/ort-webgpu-int8", "web/ort-wasm-int8"):
+        assert t[i]["status"] == "pass" and {"MatMulInteger"} <= set(t[i]["details"]["artifact_meta"]["quantized_ops"]), i
+    # a CNN has no MatMul to make 4-bit: its q4 targets are skipped, saying why, not the float model run again
+    (tmp_path / "cnn").mkdir()
+    r = check_json(tmp_path / "cnn", FIXTURES / "lenet.onnx", "--targets", ",".join(Q4))
+    for i in Q4:
+        assert by_id(r)[i]["status"] == "skipped" and "no MatMul with a constant weight" in by_id(r)[i]["error"], i

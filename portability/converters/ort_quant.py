@@ -8,6 +8,10 @@
   each quantized op; int8 weights and activations), calibrated (MinMax) on the check's inputs.
 - ``Fp16FromOnnx``: ``onnxruntime.transformers.float16.convert_float_to_float16`` with float32 inputs and
   outputs kept (the cast at the edges), what the fp16 ONNX variants for WebGPU ship.
+- ``Q4FromOnnx``: 4-bit weights, ``onnxruntime.quantization.matmul_nbits_quantizer`` (each MatMul with a
+  constant weight becomes ONNX Runtime's ``MatMulNBits``: symmetric blocks of 32, float activations), what
+  transformers.js ships as ``q4``. A model with no such MatMul has nothing to quantize: its q4 targets are
+  ``skipped``, saying so, rather than run the float model again under another name.
 
 The graph's tensor names stay: a quantized op's output keeps the name of the float op's output.
 ``meta["quantized_ops"]`` counts the integer ops made; ``meta["output_quant"]`` gives, for an output that a
@@ -25,11 +29,13 @@ import numpy as np
 from portability.converters.base import ConvertContext, Converter, package_version
 from portability.converters.calibration import batch_of, calibration_batches
 from portability.core.artifact import Artifact
-from portability.core.errors import ConvertError
+from portability.core.errors import ConvertError, Unavailable
 from portability.core.model import read_signature
 
 _INTEGER_OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM",
-                "QAttention", "QGemm", "QuantizeLinear", "DequantizeLinear")
+                "QAttention", "QGemm", "QuantizeLinear", "DequantizeLinear", "MatMulNBits")
+#: transformers.js's q4: blocks of 32 weights along the reduced axis, symmetric
+_Q4_BLOCK = 32
 _CAL_MAX_SAMPLES = 64
 _MSG_MAX = 1200
 
@@ -159,3 +165,27 @@ class Fp16FromOnnx(_OrtQuant):
         onnx.save(half, str(out))
         return _described(out, {"quantization": "float16 weights and activations, float32 inputs and outputs "
                                                 "(onnxruntime.transformers.float16)"})
+
+
+class Q4FromOnnx(_OrtQuant):
+    variants = {"quant": ("q4",)}
+
+    def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        out = out_dir / "model.onnx"
+        with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
+            model = _plain_copy(src.path, Path(tmp) / "model.onnx")
+            try:
+                q = MatMulNBitsQuantizer(model, bits=4, block_size=_Q4_BLOCK, is_symmetric=True)
+                q.process()
+            except Exception as e:  # noqa: BLE001
+                raise _failed("4-bit weight quantization", e) from None
+            made = sum(n.op_type == "MatMulNBits" for n in q.model.model.graph.node)
+            if not made:
+                raise Unavailable("nothing to quantize to 4 bits: the model has no MatMul with a constant weight "
+                                  "(MatMulNBits replaces MatMul only; Gemm and Conv stay float), so its q4 variant "
+                                  "is the float model, which the float targets already run")
+            q.model.save_model_to_file(str(out), use_external_data_format=False)
+        return _described(out, {"quantization": f"4-bit weights, MatMulNBits in symmetric blocks of {_Q4_BLOCK}, "
+                                                "float activations (onnxruntime.quantization.matmul_nbits_quantizer)"})

@@ -19,6 +19,7 @@ CONVERTERS = (
     "portability.converters.ort_quant:DynInt8FromOnnx",
     "portability.converters.ort_quant:QdqInt8FromOnnx",
     "portability.converters.ort_quant:Fp16FromOnnx",
+    "portability.converters.ort_quant:Q4FromOnnx",
     # TensorFlow's own converters (from onnx2tf's or a framework's SavedModel)
     "portability.converters.onnx2tf:TfliteFromSavedModel",
     "portability.converters.onnx2tf:Int8TfliteFromSavedModel",

@@ -1,6 +1,6 @@
 """Server targets: ONNX Runtime and the ONNX reference evaluator (on the ONNX model), TensorFlow on a
 SavedModel, Keras 3 and eager PyTorch (the references of Keras and torch.export sources)."""
-from portability.metrics.thresholds import BF16, DYNINT8, FP16, INT8
+from portability.metrics.thresholds import BF16, DYNINT8, FP16, INT8, Q4
 from portability.targets.base import Target
 
 
@@ -49,6 +49,15 @@ TARGETS = [
         gating=False,
         description="ONNX Runtime, CPU, on the model converted to float16 (float32 inputs and outputs kept; "
         "a cross-check)",
+    ),
+    Target(
+        id="server/ort-q4",
+        runtime="portability.runtimes.ort:OrtCpu",
+        variant={"quant": "q4"},
+        thresholds=Q4,
+        gating=False,
+        description="ONNX Runtime, CPU, on the model with 4-bit weights (each MatMul with a constant weight as "
+        "MatMulNBits; what a q4 deployment ships; skipped for a model with no such MatMul; a cross-check)",
     ),
     Target(
         id="server/openvino",

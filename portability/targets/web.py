@@ -6,7 +6,7 @@ the single-file ONNX snapshot and TF.js / LiteRT.js run what onnx2tf makes of it
 graph model; fp32 ``.tflite``); from Keras or a SavedModel, TensorFlow's own converters make them.
 """
 
-from portability.metrics.thresholds import DYNINT8, FP16, INT8
+from portability.metrics.thresholds import DYNINT8, FP16, INT8, Q4
 from portability.targets.base import Target
 
 ORT_WEB = "portability.runtimes.ort_web:OrtWeb"
@@ -45,6 +45,18 @@ TARGETS = [
            thresholds=FP16, gating=False,
            description="onnxruntime-web, WebGPU, on the float16 model (what an fp16 WebGPU deployment ships; "
            "SwiftShader without a GPU; a cross-check)"),
+    Target(id="web/ort-wasm-q4", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "q4"},
+           thresholds=Q4, gating=False,
+           description="onnxruntime-web, wasm, on the model with 4-bit weights (MatMulNBits: what transformers.js "
+           "ships as q4; skipped for a model with no MatMul of constant weights; a cross-check)"),
+    Target(id="web/ort-webgpu-int8", runtime=ORT_WEB, options={"ep": "webgpu"}, variant={"quant": "dynint8"},
+           thresholds=DYNINT8, gating=False,
+           description="onnxruntime-web, WebGPU, on ONNX Runtime's dynamic int8 quantization of the model (what a q8 "
+           "WebGPU deployment ships; SwiftShader without a GPU; a cross-check)"),
+    Target(id="web/ort-webgpu-q4", runtime=ORT_WEB, options={"ep": "webgpu"}, variant={"quant": "q4"},
+           thresholds=Q4, gating=False,
+           description="onnxruntime-web, WebGPU, on the model with 4-bit weights (MatMulNBits, q4; SwiftShader "
+           "without a GPU; a cross-check)"),
     _tfjs("cpu", "TensorFlow.js 4.22 graph model, plain-JS cpu backend"),
     _tfjs("wasm", "TensorFlow.js graph model, wasm backend (1 thread)"),
     _tfjs("webgl", "TensorFlow.js graph model, WebGL backend"),
