@@ -182,3 +182,43 @@ def test_the_sandbox_alone_contains_code_a_torch_archive_runs(tmp_path, mode):
         assert loot.read_text() == "the secret"
     else:
         assert not loot.exists()
+
+
+def test_a_gpu_device_stays_open_to_a_narrowed_worker_and_its_threads_may_name_themselves(tmp_path):
+    """What CUDA needs from a confined worker (``server/ort-cuda``), each a fallback to the CPU on a real GPU
+    before: its device files in the second layer too (a confined process cannot list ``/dev`` to find them
+    again: "no CUDA-capable device"), and its own threads' files in ``/proc`` to write ("OS call failed",
+    error 304, at ``cudaSetDevice``). A pseudo-terminal stands in for the GPU: a character device found by a
+    pattern, open for reading and writing."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir(), cache.mkdir()
+    prog = textwrap.dedent("""
+        import json, os, sys, threading
+        from portability.core import sandbox as S
+        S._GPU_DEVICE_GLOBS = ("/dev/ptm?",)
+        sb = S.Sandbox(mode="require", write=(sys.argv[1],), write_until_narrowed=(sys.argv[2],))
+        out = {"why": S.enter(sb)}
+        S.narrow(sb)
+        def attempt(name, fn):
+            try:
+                out[name] = fn()
+            except OSError as e:
+                out[name] = f"denied: {e.strerror}"
+        attempt("device", lambda: os.close(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)) or "opened")
+        attempt("other_device", lambda: os.close(os.open("/dev/kmsg", os.O_RDONLY)) or "opened")
+        def name():  # what a runtime does for its worker threads: pthread_setname_np writes comm
+            with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+                f.write("gpu-worker")
+            return open(f"/proc/self/task/{threading.get_native_id()}/comm").read().strip()
+        t = threading.Thread(target=lambda: attempt("thread_name", name)); t.start(); t.join()
+        attempt("other_process", lambda: open("/proc/1/comm", "w").write("x"))
+        print(json.dumps(out))
+    """)
+    p = subprocess.run([sys.executable, "-c", prog, str(work), str(cache)], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])),
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["why"] is None
+    assert out["device"] == "opened" and out["thread_name"] == "gpu-worker", out
+    assert str(out["other_device"]).startswith("denied") and str(out["other_process"]).startswith("denied"), out

@@ -1,5 +1,6 @@
 """Every server runtime, really run on the fixtures; the report contract; the artifact cache."""
 import json
+import os
 
 import pytest
 
@@ -169,3 +170,26 @@ def test_the_onnx_reference_names_the_node_it_fails_at(tmp_path):
         rt.infer({"x": x, "s": np.array([3, 3], np.int64)})
     assert e.value.op == "Reshape" and e.value.node == "the_reshape", str(e.value)
     assert "at Reshape node 'the_reshape'" in str(e.value)
+
+
+def test_a_fallback_to_the_cpu_says_why_in_the_runtime_s_own_words():
+    """ONNX Runtime falls back to the CPU when its CUDA provider cannot start, saying why only on its output
+    streams: the runtime reads them (native writes included) and the verdict quotes the reason."""
+    from portability.core.protocol import WorkerResult
+    from portability.core.status import Status
+    from portability.core.target import Target
+    from portability.engine.verdict import decide
+    from portability.runtimes.ort import _output_of, fallback_reason
+
+    line = ("CUDA failure 100: no CUDA-capable device is detected ; GPU=-1 ; hostname=vm ; "
+            "expr=cudaSetDevice(info_.device_id);")
+    text = _output_of(lambda: (os.write(1, b"*** EP Error ***\nEP Error cuda_call.cc:154 " + line.encode() + b"\n"),
+                               os.write(2, b"[W:onnxruntime:Default, telemetry_1ds.cc:600] Failed to persist\n")))
+    assert line in text and "[W:onnxruntime" in text
+    why = fallback_reason(text)
+    assert why == line
+    worker = WorkerResult("ok", backend_requested="CUDAExecutionProvider", backend_used="CPUExecutionProvider",
+                          details={"fallback_reason": why})
+    v = decide(Target(id="server/ort-cuda", runtime="portability.runtimes.ort:OrtCuda"), [], worker, [])
+    assert v.status == Status.FALLBACK
+    assert v.breaches[0] == f"asked for CUDAExecutionProvider, ran on CPUExecutionProvider: {line}"

@@ -21,6 +21,7 @@ with the allow-lists alone, and ``--sandbox require`` makes that an error.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import platform
@@ -62,6 +63,8 @@ _ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localt
         "/etc/mime.types", "/etc/ssl/openssl.cnf")
 _SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/proc", "/sys")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+#: a CUDA or DRM GPU's device files (listed, so only before the first layer: see ``_gpu_devices``)
+_GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/dri/*")
 
 
 def default_mode() -> str:
@@ -166,11 +169,14 @@ def _python_paths() -> list[str]:
     return sorted(paths)
 
 
-def _gpu_devices() -> list[str]:
-    """A CUDA or DRM GPU's device files, where the machine has them (``server/ort-cuda``)."""
+@functools.lru_cache(maxsize=1)
+def _gpu_devices() -> tuple[str, ...]:
+    """A CUDA or DRM GPU's device files, where the machine has them (``server/ort-cuda``). Listed once, before
+    the first layer: a confined process cannot list ``/dev``, and a second layer (``narrow``) without them
+    leaves CUDA with "no CUDA-capable device"."""
     import glob
 
-    return sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri/*"))
+    return tuple(sorted(p for g in _GPU_DEVICE_GLOBS for p in glob.glob(g)))
 
 
 def _layer(abi: int, read: list[str], write: list[str], sb: Sandbox) -> int:
@@ -205,8 +211,10 @@ def _layer(abi: int, read: list[str], write: list[str], sb: Sandbox) -> int:
     try:
         for p in list(_SYSTEM) + _python_paths() + list(_ETC) + read:
             allow(p, _READ)
-        for p in list(_DEVICES) + _gpu_devices():
+        for p in list(_DEVICES) + list(_gpu_devices()):
             allow(p, _DEV)
+        # its own threads' files (CUDA's runtime writes there: cudaSetDevice fails with error 304 without it)
+        allow(f"/proc/{os.getpid()}/task", READ_FILE | WRITE_FILE | TRUNCATE)  # fopen "w": O_TRUNC
         for p in write:
             allow(p, _WRITE)
         if abi >= 4:

@@ -58,7 +58,8 @@ def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[s
         return Verdict(worker.status, g, (), tuple(notes))
     found = list(found or [])
     asked, used = worker.backend_requested, worker.backend_used
-    off = f"asked for {asked}, ran on {used}" if asked and used and asked != used else \
+    why = worker.details.get("fallback_reason")  # the runtime's own words, where it gave them
+    off = f"asked for {asked}, ran on {used}" + (f": {why}" if why else "") if asked and used and asked != used else \
         (off_backend(worker.details) if strict else None)
     if off:
         return Verdict(Status.FALLBACK, g, (off, *found), tuple(notes))

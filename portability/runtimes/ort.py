@@ -160,7 +160,54 @@ class OrtCuda(OrtCpu):
         if self.provider not in ort.get_available_providers():
             raise Unavailable(f"onnxruntime {ort.__version__} was built without the CUDA execution provider",
                               "pip uninstall -y onnxruntime && pip install onnxruntime-gpu")
+        preload = getattr(ort, "preload_dlls", None)
+        if preload is not None:  # CUDA and cuDNN from the nvidia-* pip packages, as onnxruntime-gpu's docs load them
+            import contextlib
+            import sys
+
+            with contextlib.redirect_stdout(sys.stderr):  # its warnings print; stdout is not the user's here
+                preload(cuda=True, cudnn=True, msvc=False)
 
     def load(self, artifact: Artifact) -> None:
-        super().load(artifact)
-        # ORT falls back to CPU silently when the CUDA libraries fail to load; backend_used() tells.
+        # ORT falls back to the CPU when the CUDA provider cannot start (its libraries, the driver, the device),
+        # saying why only on stderr: backend_used() tells that it fell back, ORT's own lines tell why
+        text = _output_of(lambda: OrtCpu.load(self, artifact))
+        self.fallback_why = fallback_reason(text) if self.backend_used() != self.provider else None
+
+    def details(self) -> dict[str, Any]:
+        d = super().details()
+        if getattr(self, "fallback_why", None):
+            d["fallback_reason"] = self.fallback_why
+        return d
+
+
+def fallback_reason(text: str) -> str | None:
+    """ORT's own line for a provider that did not start (the CUDA error, else its first logged error)."""
+    why = [m.group(0).strip() for m in re.finditer(r"CUDA failure[^\n]*|\[E:onnxruntime[^\n]*", text)]
+    return why[0][:400] if why else None
+
+
+def _output_of(call) -> str:
+    """What ``call`` (native code included) wrote to file descriptors 1 and 2 (ORT's Python layer prints its
+    provider errors, its native layer logs them); it is written to 2 afterwards too."""
+    import sys
+    import tempfile
+
+    for f in (sys.stdout, sys.stderr):
+        f.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            call()
+        finally:
+            for g in (sys.stdout, sys.stderr):
+                g.flush()
+            for fd, old in zip((1, 2), saved):
+                os.dup2(old, fd)
+                os.close(old)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+            os.write(2, text.encode())
+    return text
