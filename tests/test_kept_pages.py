@@ -97,6 +97,29 @@ def test_two_targets_at_once_get_two_pages_and_a_failed_target_leaves_no_page(tm
     assert len(_kept(cdp, pages)) == 1, "the failed target's page was kept"
 
 
+def test_more_targets_of_one_configuration_at_once_than_pages_kept_open_pages_of_their_own(tmp_path, browser, monkeypatch):
+    """When every page of a configuration that may be kept is busy (``pool.MAX_PER_KEY``), the next target
+    opens a page of its own, in a browser context of its own (it once asked for a page in no context:
+    "Target.createTarget: Invalid parameters", a load-error of the tool's own making)."""
+    from portability.web import pool
+
+    monkeypatch.setattr(pool, "MAX_PER_KEY", 1)
+    model = conv_net(tmp_path / "m" / "model.onnx")
+    x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    a, b = _runtime(browser.endpoint), _runtime(browser.endpoint)
+    try:
+        a.load(_artifact(model))
+        b.load(_artifact(model))  # a holds the one page this configuration may keep
+        assert b._kept is None and b._browser.target != a._browser.target
+        out = b.infer({"x": x})
+        assert float(np.max(np.abs(out["y"] - reference(model, {"x": x})["y"]))) < 1e-5
+    finally:
+        a.close()
+        b.close()
+    cdp, pages = pool.split(browser.endpoint)
+    assert len(_kept(cdp, pages)) == 1  # the page of its own is closed with its context, not kept
+
+
 def _unknown_op(path: Path) -> Path:
     """One node of an op no runtime has (its own domain): the session cannot be made."""
     import onnx

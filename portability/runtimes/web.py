@@ -176,6 +176,9 @@ class WebRuntime(Runtime):
             self._browser.start(context=not pages)
             if pages:
                 self._kept = pool.claim(self._browser, pages, pool.key(self.engine, cfg), artifact.sha256)
+                if self._kept is None:  # as many pages of this configuration kept as may be, all busy: a page
+                    self._browser.own_context()  # of its own, served by its own server as without kept pages
+                    cfg["modules"] = self._server.base + "m/"
             res = self._kept_setup(cfg, artifact.sha256) if self._kept else self._page_setup(cfg)
         except BaseException:
             self._healthy = False

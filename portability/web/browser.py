@@ -78,13 +78,18 @@ class Browser:
                 self._chromium = Chromium(self.webgpu, self.extra_args)
             self._conn = Connection(browser_ws_url(self.endpoint or self._chromium.endpoint), on_event=self._on_event)
             if context:
-                # disposeOnDetach: a worker killed mid-page takes its context (and page) with it
-                self._context = self._conn.call("Target.createBrowserContext", {"disposeOnDetach": True},
-                                                timeout=SETUP_TIMEOUT_S)["browserContextId"]
+                self.own_context()
         except BaseException:
             self.close()
             raise
         return self
+
+    def own_context(self) -> None:
+        """Open this Browser's own browser context (for ``new_page``): a Browser started without one, to
+        drive kept pages, that finds none free opens a page of its own there."""
+        # disposeOnDetach: a worker killed mid-page takes its context (and page) with it
+        self._context = self._require().call("Target.createBrowserContext", {"disposeOnDetach": True},
+                                             timeout=SETUP_TIMEOUT_S)["browserContextId"]
 
     def command(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """A browser-level DevTools command (no page session)."""
