@@ -40,3 +40,27 @@ def test_openvino_runs_a_torch_export_through_its_onnx_export(tmp_path):
     ov = by_id(r)["server/openvino"]
     assert ov["status"] == "pass", ov.get("error")
     assert [c["converter"].split()[0] for c in ov["details"]["conversions"]] == ["TorchFromTorch", "OnnxFromTorch"]
+
+
+def test_a_port_with_several_names_is_fed_and_read_by_the_graph_s_own_name(tmp_path):
+    """OpenVINO folds an Identity into its neighbour and gives the port both tensors' names; its "any name"
+    is then an inner tensor's (an input called after the Concat it feeds, T5's output after the layer norm
+    before it). The check fed and read ports by that name: a KeyError run-error on GPT-2 with its cache, a
+    missing output reported as drift on T5."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = numpy_helper.from_array(np.ones((1, 4), np.float32), "c")
+    g = helper.make_graph([
+        helper.make_node("Identity", ["x"], ["/Concat_output_0"]),
+        helper.make_node("Add", ["/Concat_output_0", "c"], ["hidden"]),
+        helper.make_node("Identity", ["hidden"], ["last_hidden_state"])], "alias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, 4])], [c])
+    model = tmp_path / "alias.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    r = check_json(tmp_path, model, "--targets", "server/openvino")
+    t = by_id(r)["server/openvino"]
+    assert t["status"] == "pass", (t.get("error"), t.get("breaches"))
+    assert list(t["metrics"]["outputs"]) == ["last_hidden_state"]

@@ -38,6 +38,8 @@ def ov_error(e: Exception, cls=LoadError):
     """An OpenVINO exception in one line, naming the op its frontend could not convert when it says."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.strip().startswith(("src/", "/"))]
     msg = " ".join(lines)[:600] or type(e).__name__
+    if isinstance(e, (KeyError, IndexError, TypeError, ValueError)):  # Python's, not OpenVINO's: say which
+        msg = f"{type(e).__name__}: {msg}"
     m = re.search(r"No conversion rule found for operations?: ([\w.:, -]+)", msg) \
         or re.search(r"OpenVINO does not support the following \w+ operations?: ([\w.:, -]+)", msg)
     op = m.group(1).split(",")[0].strip().split(":")[-1].strip() or None if m else None
@@ -87,6 +89,11 @@ class OpenVinoCpu(Runtime):
         self.request = self.compiled.create_infer_request()
         self._in = [p.get_any_name() for p in self.compiled.inputs]
         self._out = list(self.compiled.outputs)
+        if self.io is None:  # a port has several names (an input that feeds a Concat may be named after its
+            # output): each port by the ONNX graph's own name, in the graph's order where none matches
+            graph = _onnx_io(artifact.path)
+            self._in = [_named(p.get_names(), graph[0], i) for i, p in enumerate(self.compiled.inputs)]
+            self._out_names = [_named(p.get_names(), graph[1], i) for i, p in enumerate(self._out)]
         if self.io is not None:
             self._dtypes = output_dtypes(artifact)
             names = {n for p in self.compiled.inputs for n in p.get_names()}
@@ -131,13 +138,13 @@ class OpenVinoCpu(Runtime):
         res = self.request.infer(inputs)
         return [np.array(res[p]) for p in self._out]
 
-    def _onnx_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {n: np.ascontiguousarray(feeds[n]) for n in self._in}
+    def _onnx_feeds(self, feeds: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+        return {i: np.ascontiguousarray(feeds[n]) for i, n in enumerate(self._in)}  # by port index
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
             if self.io is None:
-                return {p.get_any_name(): y for p, y in zip(self._out, self._call(self._onnx_feeds(feeds)))}
+                return dict(zip(self._out_names, self._call(self._onnx_feeds(feeds))))
             parts = []
             for arrays in batches(self.io, to_tflite(self.io, feeds)):
                 ys = self._call(dict(zip(self._in_order, arrays)))
@@ -156,3 +163,17 @@ class OpenVinoCpu(Runtime):
 
     def close(self) -> None:
         self.request = self.compiled = None
+
+
+def _onnx_io(path) -> tuple[list[str], list[str]]:
+    """The ONNX graph's input (initializers aside) and output names, in order."""
+    import onnx
+
+    g = onnx.load(str(path), load_external_data=False).graph
+    inits = {t.name for t in g.initializer}
+    return [i.name for i in g.input if i.name not in inits], [o.name for o in g.output]
+
+
+def _named(names, graph: list[str], i: int) -> str:
+    """A port's name as the graph says it: the one of ``names`` the graph has, else the graph's ``i``-th."""
+    return next((n for n in graph if n in names), graph[i] if i < len(graph) else sorted(names)[0])
