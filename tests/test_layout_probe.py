@@ -141,3 +141,23 @@ def test_tfjs_inputs_are_matched_by_name_whatever_order_and_suffix_the_converter
                           "outputs": [{"onnx": "y", "key": "output_0"}]}}
     io = tfjs_io(doc, meta)
     assert [(e["onnx"], e["key"]) for e in io["inputs"]] == [("input_ids", "input_ids:0"), ("attention_mask", "attention_mask:0")]
+
+
+def test_litert_js_outputs_are_matched_by_their_signature_keys_before_their_order():
+    """LiteRT.js names a signature's outputs by their keys, in its own order; the file's tensors are called
+    StatefulPartitionedCall:N. Matched by position, GPT-2's logits were read from a cache tensor ("axes don't
+    match array"); by key, each output is its own."""
+    import numpy as np
+
+    from portability.core.protocol import IoMap, TensorLink
+    from portability.runtimes.litert_js import LiteRtJs
+
+    rt = LiteRtJs({})
+    rt._io = IoMap(inputs=(), outputs=(
+        TensorLink("logits", 7, "StatefulPartitionedCall:0", (1, 3), "float32", (0, 1), None, "logits"),
+        TensorLink("present", 9, "StatefulPartitionedCall:1", (1, 4, 2), "float32", (0, 2, 1), None, "present")))
+    rt._onnx_dtypes = {}
+    page = {"present": np.arange(8, dtype=np.float32).reshape(1, 4, 2), "logits": np.ones((1, 3), np.float32)}
+    out = rt.from_page(page)
+    assert out["logits"].shape == (1, 3) and out["present"].shape == (1, 2, 4)
+    assert np.array_equal(out["present"], page["present"].transpose(0, 2, 1))

@@ -175,3 +175,12 @@ def test_an_audit_resumes_a_state_written_with_the_older_words(tmp_path):
                     "targets": [_target("server/ort-cpu", "pass"), _target("web/a", "load-error")]})
     [entry] = run(None, {}, corpus=([item], {}, tmp_path))
     assert entry.resumed and entry.status is Status.LOAD_ERROR and entry.to_dict()["status"] == "load-error"
+
+
+def test_a_failure_s_message_keeps_no_terminal_colours():
+    """torch.onnx colours its failure's words for a terminal; a report holds the words alone."""
+    from portability.core.protocol import WorkerResult
+
+    w = WorkerResult.failed(Status.CONVERT_ERROR, "failed. \x1b[96mThis is step 2/3\x1b[0m of exporting")
+    assert w.error == "failed. This is step 2/3 of exporting"
+    assert WorkerResult.from_dict(w.to_dict()).error == w.error

@@ -8,6 +8,7 @@ one ``run(Job) -> WorkerResult`` per request.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
@@ -52,6 +53,9 @@ class Phase(str, Enum):
 _LABELS = {Phase.START: "starting", Phase.CONVERT: "converting", Phase.BLOCKED: "waiting for a conversion", Phase.LOAD: "loading", Phase.INFER: "running",
            Phase.WAIT: "waiting to time", Phase.TIME: "timing", Phase.CLOSE: "closing", Phase.DONE: "done"}
 
+
+#: a terminal colour or cursor sequence
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 @dataclass(frozen=True)
 class Job:
@@ -177,6 +181,8 @@ class WorkerResult:
 
     def __post_init__(self):
         object.__setattr__(self, "status", worker_status(self.status))
+        if self.error and "\x1b" in self.error:  # a tool's terminal colours (torch.onnx's) are no part of its words
+            object.__setattr__(self, "error", _ANSI.sub("", self.error))
 
     @property
     def ok(self) -> bool:

@@ -78,14 +78,16 @@ class LiteRtJs(WebRuntime):
         from portability.runtimes.litert import from_tflite
 
         raw = []
+        plain = {_plain(n): n for n in outputs}
         for i, e in enumerate(self._io.outputs):
-            y = outputs.get(e.tensor)
-            if y is None:  # names differ between the two runtimes: fall back to the output order
+            # by its tensor's name, or its signature key (LiteRT.js names a signature's outputs by their keys)
+            name = next((plain[k] for k in (_plain(e.tensor), _plain(e.key or "")) if k in plain), None)
+            if name is None:  # names differ between the two runtimes: fall back to the output order
                 names = list(outputs)
                 if len(names) != len(self._io.outputs):
                     raise RunError(f"LiteRT.js gave outputs {names}, expected {[o.tensor for o in self._io.outputs]}")
-                y = outputs[names[i]]
-            raw.append(y)
+                name = names[i]
+            raw.append(outputs[name])
         return from_tflite(self._io, raw, self._onnx_dtypes)
 
     def describe(self) -> str:
@@ -114,3 +116,8 @@ class LiteRtJs(WebRuntime):
             op = next(g for g in m.groups() if g)
             return LoadError(f"{message} ({m.group(0)})" if m.group(0) not in message else message, op=op)
         return cls(message)
+
+
+def _plain(name: str) -> str:
+    """A tensor's name without its ``:0`` and ``serving_default_`` (LiteRT.js and the file may differ so)."""
+    return re.sub(r"^serving_default_", "", re.sub(r":\d+$", "", str(name)))

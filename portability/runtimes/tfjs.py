@@ -75,6 +75,10 @@ class Tfjs(WebRuntime):
             if e["key"] not in outputs:
                 raise RunError(f"the TF.js model gave no output '{e['key']}' (it gave {sorted(outputs)})")
             y = outputs[e["key"]]
+            if e.get("to_onnx") is not None and y.ndim != len(e["to_onnx"]):
+                raise RunError(f"the TF.js model's output '{e['key']}' has shape {list(y.shape)}, not the rank of the "
+                               f"ONNX output '{e['onnx']}' it was matched with: the converter renamed the outputs "
+                               f"({', '.join(sorted(outputs))}) and their order could not be recovered")
             y = y.transpose(e["to_onnx"]) if e.get("to_onnx") is not None else y
             out[e["onnx"]] = y.astype(self._onnx_dtypes.get(e["onnx"], y.dtype), copy=False)
         return out
