@@ -328,3 +328,26 @@ def test_server_serves_only_its_files_with_isolation_headers(tmp_path):
         assert get(url)[2] == b"abc"
     with pytest.raises(OSError):
         urllib.request.urlopen(url, timeout=5)  # closed: nothing listens any more
+
+
+def test_a_model_with_five_outputs_of_one_shape_gets_each_back_in_the_browser(tmp_path):
+    """GPT-2 with its cache gives five outputs, four of one shape. The TF.js converter numbers a SavedModel's
+    outputs (output_0...) in an order of its own and assigns those keys to the graph's nodes in yet another:
+    read by key, two cache outputs came back swapped. Each output is now asked for by its graph node
+    (``Identity_k``: the k-th of the SavedModel's outputs, sorted by key), and LiteRT.js's by signature key."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    names = ["logits", "present_key_0", "present_value_0", "present_key_1", "present_value_1"]
+    inits = [numpy_helper.from_array(np.full((1,), k + 2, np.float32), f"c{k}") for k in range(5)]
+    g = helper.make_graph([helper.make_node("Mul", ["x", f"c{k}"], [n]) for k, n in enumerate(names)], "five",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, 8]) for n in names], inits)
+    model = tmp_path / "five.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
+    r = check_json(tmp_path, model, "--targets", "web/tfjs-cpu,web/litert-js,server/tf")
+    for tid, t in by_id(r).items():
+        if tid != r["reference"]:
+            assert t["status"] == "pass", (tid, t.get("error"), t.get("breaches"))
+            assert list(t["metrics"]["outputs"]) == names and all(
+                o["max_abs"] == 0.0 for o in t["metrics"]["outputs"].values()), tid

@@ -94,7 +94,7 @@ class TfjsFromTfjs(Converter):
     snapshot = True
 
     def version(self) -> str:
-        return "1"
+        return "2"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         from portability.sources.tfjs import read, shards
@@ -108,7 +108,9 @@ class TfjsFromTfjs(Converter):
         io = {"inputs": [{"onnx": t["name"], "key": t["name"], "node": doc["signature"]["inputs"][t["name"]]["name"].split(":")[0],
                           "shape": [d if d is not None else -1 for d in t["shape"]],
                           "dtype": {"int64": "int32"}.get(t["dtype"], t["dtype"]), "to_tfjs": None} for t in sig["inputs"]],
-              "outputs": [{"onnx": t["name"], "key": t["name"], "to_onnx": None} for t in sig["outputs"]]}
+              "outputs": [{"onnx": t["name"], "key": t["name"], "to_onnx": None,
+                           "node": ((doc.get("signature") or {}).get("outputs", {}).get(t["name"]) or {"name": t["name"]})["name"].split(":")[0]}
+                          for t in sig["outputs"]]}
         ops = sorted({n["op"] for n in doc["modelTopology"].get("node", [])} - {"Const", "Placeholder", "Identity"})
         return Artifact(path=out_dir / "model.json", format="tfjs", sha256="", meta={
             "onnx_signature": sig, "tfjs_io": io, "ops": ops, "converted_by": doc.get("convertedBy"),

@@ -95,11 +95,27 @@ def tfjs_io(model_json: dict, saved_model_meta: dict) -> dict[str, Any]:
         io["inputs"].append({"onnx": name, "key": key, "node": sig["inputs"][key]["name"].split(":")[0],
                              "shape": shape, "dtype": _dtype(sig["inputs"][key].get("dtype")),
                              "to_tfjs": e.get("to_tflite")})
+    nodes = {n.get("name") for n in (model_json.get("modelTopology") or {}).get("node") or []}
     for i, name in enumerate(onnx_out):
         e = by_onnx_out.get(name, {})
-        key = _key(e.get("key"), out_keys, i, "outputs")
-        io["outputs"].append({"onnx": name, "key": key, "to_onnx": e.get("to_onnx")})
+        # onnx2tf keys the SavedModel's outputs output_<position in the ONNX model> (a named key where it kept one)
+        wanted = e.get("key") if e.get("key") in out_keys else f"output_{i}" if f"output_{i}" in out_keys else e.get("key")
+        key = _key(wanted, out_keys, i, "outputs")
+        io["outputs"].append({"onnx": name, "key": key, "node": _node(key, out_keys, sig, nodes),
+                              "to_onnx": e.get("to_onnx")})
     return io
+
+
+def _node(key: str, keys: list[str], sig: dict, nodes: set) -> str | None:
+    """The TF.js graph node that holds the output ``key``. The converter freezes the SavedModel's function,
+    whose outputs TensorFlow flattens in the order of their keys, sorted: the k-th becomes the node
+    ``Identity_k`` (``Identity`` for the first). Else the node the signature names for the key."""
+    k = sorted(keys).index(key)
+    node = f"Identity_{k}" if k else "Identity"
+    if node in nodes and all((f"Identity_{j}" if j else "Identity") in nodes for j in range(len(keys))):
+        return node
+    named = ((sig.get("outputs") or {}).get(key) or {}).get("name")
+    return named.split(":")[0] if named else None
 
 
 def _key(wanted: str | None, keys: list[str], i: int, kind: str) -> str:
@@ -124,7 +140,7 @@ class TfjsFromSavedModel(Converter):
     uses = ("tensorflowjs",)
 
     def version(self) -> str:
-        return f"6+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
+        return f"9+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require(_NEEDS, "to convert to TF.js")

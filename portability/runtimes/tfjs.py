@@ -72,11 +72,12 @@ class Tfjs(WebRuntime):
     def from_page(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = {}
         for e in self._io["outputs"]:
-            if e["key"] not in outputs:
-                raise RunError(f"the TF.js model gave no output '{e['key']}' (it gave {sorted(outputs)})")
-            y = outputs[e["key"]]
+            name = e.get("node") if e.get("node") in outputs else e["key"]  # by its graph node, else its key
+            if name not in outputs:
+                raise RunError(f"the TF.js model gave no output '{name}' (it gave {sorted(outputs)})")
+            y = outputs[name]
             if e.get("to_onnx") is not None and y.ndim != len(e["to_onnx"]):
-                raise RunError(f"the TF.js model's output '{e['key']}' has shape {list(y.shape)}, not the rank of the "
+                raise RunError(f"the TF.js model's output '{name}' has shape {list(y.shape)}, not the rank of the "
                                f"ONNX output '{e['onnx']}' it was matched with: the converter renamed the outputs "
                                f"({', '.join(sorted(outputs))}) and their order could not be recovered")
             y = y.transpose(e["to_onnx"]) if e.get("to_onnx") is not None else y

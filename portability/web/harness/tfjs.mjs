@@ -34,7 +34,7 @@ export async function create(cfg) {
   if (backend === 'webgpu') device = await webgpuAdapter(null);
   let model = null;
   let useAsync = false;
-  let outputKeys = null;
+  let outputNames = null;
 
   const info = () => ({
     runtime: 'tfjs',
@@ -54,24 +54,27 @@ export async function create(cfg) {
     let out;
     if (!useAsync) {
       try {
-        out = model.execute(inputs);
+        out = model.execute(inputs, outputNames);
       } catch (e) {
         if (!/executeAsync/.test(String(e && e.message))) throw e;
         useAsync = true;  // dynamic ops (control flow): only the async executor runs them
       }
     }
-    if (useAsync) out = await model.executeAsync(inputs);
+    if (useAsync) out = await model.executeAsync(inputs, outputNames);
     if (out instanceof tf.Tensor) out = [out];
-    if (Array.isArray(out)) return Object.fromEntries(out.map((t, i) => [outputKeys[i], t]));
-    return out;
+    if (!Array.isArray(out)) out = Object.values(out);  // keyed by the structured keys, in the order asked
+    return Object.fromEntries(out.map((t, i) => [outputNames[i], t]));
   }
 
   return {
     info,
     async load(url) {
       model = await tf.loadGraphModel(url);
-      const sig = model.signature && model.signature.outputs ? Object.keys(model.signature.outputs) : null;
-      outputKeys = (model.metadata && model.metadata.structuredOutputKeys) || sig || model.outputNodes;
+      // every output asked for by its graph node and keyed by it: the converter's structured keys (output_0...)
+      // can be assigned to the nodes in another order than the SavedModel's (seen on a five-output GPT-2)
+      const plain = (n) => String(n).replace(/:\d+$/, '');
+      const sig = model.signature && model.signature.outputs;
+      outputNames = sig ? Object.values(sig).map((v) => plain(v.name)) : model.outputNodes.map(plain);
     },
     prepare(feeds) {
       const out = {};
