@@ -96,4 +96,9 @@ if want pip; then
     fi
   done
 fi
+# --- Hugging Face transformers in a folder of its own: what `study --zoo transformers` builds its models with ---
+if want pip && ! $PY -c "import sys, portability.study.transformers as t; sys.exit(0 if t.status()[0] else 1)"; then
+  say "provisioning transformers (one time, about ten seconds)"
+  $PY -m portability setup transformers
+fi
 say "ready"

@@ -63,3 +63,18 @@ def litert_torch() -> int:
     """Build litert-torch's virtual environment (it sees this environment's packages; torch, TensorFlow and
     numpy stay the installed ones): PyTorch's native route to TFLite. Half a minute, once."""
     return _tool("litert_torch")
+
+
+@app.command("transformers")
+def transformers() -> int:
+    """Install Hugging Face transformers (and the packages it needs that this environment lacks) into a folder
+    of its own: what `study --zoo transformers` builds its models with. About ten seconds, once."""
+    from portability.study import transformers as tz
+
+    try:
+        d = tz.provision(log=lambda line: typer.echo(line, err=True))
+    except RuntimeError as e:
+        typer.echo(f"error: transformers {tz.VERSION} could not be installed: {e}", err=True)
+        return 1
+    typer.echo(f"transformers {tz.VERSION} ready: {d}")
+    return 0
