@@ -273,3 +273,21 @@ def test_the_tfjs_converter_runs_without_onednn_rewrites(monkeypatch, tmp_path):
     with pytest.raises(ConvertError, match="boom"):
         tfjs.TfjsFromSavedModel().convert(src, tmp_path / "out", {"quantize": None}, type("C", (), {"timeout_s": 5})())
     assert seen.get("TF_ENABLE_ONEDNN_OPTS") == "0"
+
+
+def test_an_onnx2tf_failure_at_a_node_it_renamed_names_the_source_node_and_its_op(tmp_path):
+    """onnx2tf names a node it rewrote as a workaround ``wa/<name>`` in its ERROR lines (T5's relative-position
+    ``Where``); the failure names the source graph's node and its op, from the INFO line that started it."""
+    from portability.converters.onnx2tf import failure
+
+    g = helper.make_graph([helper.make_node("Where", ["c", "x", "y"], ["z"], name="/m/attn/Where_1")], "g",
+                          [helper.make_tensor_value_info(n, TensorProto.BOOL if n == "c" else TensorProto.FLOAT, [2])
+                           for n in ("c", "x", "y")], [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g), str(path))
+    log = "\n".join(["\x1b[32mINFO:\x1b[0m \x1b[35monnx_op_type\x1b[0m: Where\x1b[35m onnx_op_name\x1b[0m: /m/attn/Where_1",
+                     "\x1b[31mERROR:\x1b[0m The trace log is below.",
+                     'ValueError: Exception encountered when calling layer "tf.where" (type TFOpLambda).',
+                     "\x1b[31mERROR:\x1b[0m onnx_op_name: wa/m/attn/Where_1"])
+    what, op, node = failure(log, path)
+    assert (op, node) == ("Where", "/m/attn/Where_1") and what.startswith("ValueError: Exception encountered")

@@ -210,7 +210,8 @@ def test_localize_names_the_first_diverging_op_of_a_drifting_target(tmp_path):
 
 @pytest.mark.mxnet
 def test_same_weights_loads_pytorchs_weights_into_keras_and_mxnet(tmp_path):
-    """--quick --seeds 2 --same-weights: PyTorch's LeNet-1 of each seed loaded into the Keras and MXNet
+    """--seeds 2 --same-weights (one optimizer step of training: the weights are what is compared, not how
+    well they were trained): PyTorch's LeNet-1 of each seed loaded into the Keras and MXNet
     definitions without training; their logits on the same samples (recomputed here from each model's own
     files) agree with PyTorch's to float32 rounding, the JSON's ``same_weights`` section says so per framework
     with mean and std over the seeds, and the loaded models are deployed as rows of their own."""
@@ -222,7 +223,7 @@ def test_same_weights_loads_pytorchs_weights_into_keras_and_mxnet(tmp_path):
     if not ok:
         pytest.skip(why)
     out, md = tmp_path / "s.json", tmp_path / "s.md"
-    p = run_cli("study", "--quick", "-m", "lenet1", "-t", "server/ort-cpu", "--seeds", "2", "--same-weights",
+    p = run_cli("study", "--profile", "step", "-m", "lenet1", "-t", "server/ort-cpu", "--seeds", "2", "--same-weights",
                 "--json", str(out), "--markdown", str(md), timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     s = json.loads(out.read_text())

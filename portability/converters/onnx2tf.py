@@ -116,6 +116,8 @@ def failure(log: str, onnx_path: Path | None = None, limit: int = 400) -> tuple[
     if custom:
         said.append(f"TFLite has no built-in kernel for {custom.group(1).strip()}")
         op = op or custom.group(1).split(",")[0].strip()
+    if node and node.startswith("wa/"):  # onnx2tf's name for a node it rewrote as a workaround: the source's is after "wa"
+        node = node[2:]
     if node and op is None:  # the op of the node named in the ERROR lines, from the INFO line that started it
         m = re.search(r"onnx_op_type:\s*(\w+)\s+onnx_op_name:\s*" + re.escape(node) + r"(?:\s|$)", "\n".join(lines), re.M)
         op = m.group(1) if m else None
