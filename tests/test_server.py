@@ -17,7 +17,7 @@ def test_every_server_target_is_in_the_report(tmp_path):
     r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "server", "--runs", "2")
     t = by_id(r)
     assert set(t) == {"server/ort-cpu", "server/ort-cpu-noopt", "server/ort-cpu-1thread", "server/onnx-reference",
-                      "server/tf", "server/ort-cuda", "server/ort-int8", "server/ort-qdq", "server/ort-fp16",
+                      "server/tf", "server/ort-cuda", "server/ort-int8", "server/ort-qdq", "server/ort-fp16", "server/ort-q4",
                       "server/openvino", "server/openvino-default"}
     assert all(x["status"] in ("pass", "skipped") for x in t.values()), t
     assert t["server/ort-cpu-1thread"]["details"]["threads"] == 1  # the session really ran on one intra-op thread
