@@ -291,3 +291,21 @@ def test_an_onnx2tf_failure_at_a_node_it_renamed_names_the_source_node_and_its_o
                      "\x1b[31mERROR:\x1b[0m onnx_op_name: wa/m/attn/Where_1"])
     what, op, node = failure(log, path)
     assert (op, node) == ("Where", "/m/attn/Where_1") and what.startswith("ValueError: Exception encountered")
+
+
+def test_a_torch_onnx_failure_says_its_cause_and_the_op_it_failed_at_not_its_advice():
+    """torch.onnx wraps its cause ("Cannot view a tensor …", on T5's program) under three lines of advice; the
+    failure gives the cause, the graph node and its aten op."""
+    from portability.converters.torch_onnx import _message, _op
+
+    class ConversionError(Exception):
+        pass
+
+    e = ConversionError("Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step 2/3\x1b[0m of "
+                        "exporting the model to ONNX. Next steps:\n- Create an issue in the PyTorch GitHub repository\n"
+                        "<class 'ValueError'>: Cannot view a tensor with shape torch.Size([1, 8, 2, 24]) and strides "
+                        "(384, 24, 192, 1) as a tensor with shape (1, 8, 48)!\nWhile executing %view_4 : [num_users=1] = "
+                        "call_function[target=torch.ops.aten.view.default](args = (%transpose_3, [1, 8, -1]), kwargs = {})")
+    m = _message(e)
+    assert m.startswith("ConversionError: Failed to decompose the FX graph for ONNX compatibility: ValueError: Cannot view")
+    assert "Next steps" not in m and "%view_4" in m and _op(m) == "view"

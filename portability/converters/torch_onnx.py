@@ -7,6 +7,8 @@ TorchScript-based exporter (``dynamo=False``; deprecated upstream, taken only wh
 Options: ``opset`` (default 18)."""
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,21 @@ def _open(src: Artifact):
 
 
 def _message(e: Exception) -> str:
+    """The exporter's failure in one line: its cause and the graph node it was executing where it says them
+    (torch.onnx wraps them under its own advice: "Failed to decompose the FX graph … Next steps …")."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    cause = next((f"{m.group(1)}: {m.group(2)}" for ln in lines if (m := re.match(r"<class '(?:\w+\.)*(\w+)'>: (.+)", ln))), None)
+    node = next((m.group(0) for ln in lines if (m := re.search(r"While executing %\S+ .*?target=torch\.ops\.[\w.]+", ln))), None)
+    if cause:
+        head = lines[0].split(". ")[0]
+        return f"{type(e).__name__}: {head}: {cause}" + (f" ({node})" if node else "")
     return f"{type(e).__name__}: " + " | ".join(lines[:4])[:500]
+
+
+def _op(message: str) -> str | None:
+    """The aten op of the node the exporter failed at (``view`` of ``torch.ops.aten.view.default``)."""
+    m = re.search(r"target=torch\.ops\.aten\.(\w+)", message)
+    return m.group(1) if m else None
 
 
 def _Eval(module):
@@ -86,7 +101,8 @@ class _TorchToOnnx(Converter):
             else:
                 torch.onnx.export(_Eval(ep.module()), _example(ctx), str(out), dynamo=False, opset_version=opset, **names)
         except Exception as e:
-            raise ConvertError(f"torch.onnx.export (dynamo={self.dynamo}) failed: {_message(e)}") from None
+            msg = _message(e)
+            raise ConvertError(f"torch.onnx.export (dynamo={self.dynamo}) failed: {msg}", op=_op(msg)) from None
         if not out.is_file():
             raise ConvertError("torch.onnx.export wrote no file")
         renamed = rename_io(out, ctx.signature)
