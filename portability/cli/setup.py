@@ -38,10 +38,10 @@ def mxnet(
     return 0
 
 
-def _tool(module: str) -> int:
+def _tool(module: str, package: str = "portability.converters") -> int:
     import importlib
 
-    m = importlib.import_module(f"portability.converters.{module}")
+    m = importlib.import_module(f"{package}.{module}")
     try:
         d = m.provision(log=lambda line: typer.echo(line, err=True))
     except RuntimeError as e:
@@ -69,12 +69,4 @@ def litert_torch() -> int:
 def transformers() -> int:
     """Install Hugging Face transformers (and the packages it needs that this environment lacks) into a folder
     of its own: what `study --zoo transformers` builds its models with. About ten seconds, once."""
-    from portability.study import transformers as tz
-
-    try:
-        d = tz.provision(log=lambda line: typer.echo(line, err=True))
-    except RuntimeError as e:
-        typer.echo(f"error: transformers {tz.VERSION} could not be installed: {e}", err=True)
-        return 1
-    typer.echo(f"transformers {tz.VERSION} ready: {d}")
-    return 0
+    return _tool("transformers", "portability.study")
