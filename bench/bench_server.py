@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""server/ort-cpu (or server/openvino, or mobile/executorch-xnnpack) latency as `portability check` reports it,
+"""server/ort-cpu (or server/ort-cuda, server/openvino, or mobile/executorch-xnnpack) latency as `portability check` reports it,
 against a bare onnxruntime (OpenVINO, ExecuTorch) loop on the same model and inputs, in one run. Rounds
 alternate the two so machine noise hits both alike.
 
@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 
-TARGETS = ("server/ort-cpu", "server/openvino", "mobile/executorch-xnnpack")
+TARGETS = ("server/ort-cpu", "server/ort-cuda", "server/openvino", "mobile/executorch-xnnpack")
 
 
 def portability_p50(model: Path, runs: int, warmup: int, target: str) -> float:
@@ -87,7 +87,11 @@ def bare_p50(model: Path, feeds_npz: Path, runs: int, warmup: int, target: str =
     else:
         import onnxruntime as ort
 
-        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        provider = "CUDAExecutionProvider" if target == "server/ort-cuda" else "CPUExecutionProvider"
+        if provider == "CUDAExecutionProvider" and hasattr(ort, "preload_dlls"):
+            ort.preload_dlls(cuda=True, cudnn=True, msvc=False)  # as onnxruntime-gpu's docs load CUDA, and the check
+        sess = ort.InferenceSession(str(model), providers=[provider])
+        assert sess.get_providers()[0] == provider, sess.get_providers()
         names = [o.name for o in sess.get_outputs()]  # asked once, as the check's runtime does
         call = lambda: sess.run(names, feeds)  # noqa: E731
     for _ in range(warmup):
