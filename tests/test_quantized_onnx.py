@@ -83,3 +83,18 @@ def test_q4_and_q8_variants_of_a_transformer_block(tmp_path):
     r = check_json(tmp_path / "cnn", FIXTURES / "lenet.onnx", "--targets", ",".join(Q4))
     for i in Q4:
         assert by_id(r)[i]["status"] == "skipped" and "no MatMul with a constant weight" in by_id(r)[i]["error"], i
+
+
+def test_a_matmul_in_a_branch_counts_and_a_cnn_has_none_to_make_4_bit():
+    """Whether a model has a MatMul to make 4-bit is known from its graph before the quantizer is imported, an
+    If's branch and a Loop's body included."""
+    from onnx import TensorProto, helper, load
+
+    from portability.converters.ort_quant import _has_op
+
+    assert not _has_op(load(str(FIXTURES / "lenet.onnx")).graph, "MatMul")  # Gemm and Conv only
+    v = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 2])  # noqa: E731
+    branch = lambda op: helper.make_graph([helper.make_node(op, ["x", "x"], ["y"])], op, [], [v("y")])  # noqa: E731
+    node = helper.make_node("If", ["c"], ["out"], then_branch=branch("MatMul"), else_branch=branch("Add"))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []), v("x")], [v("out")])
+    assert _has_op(graph, "MatMul") and not _has_op(graph, "Gemm")

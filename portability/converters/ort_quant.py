@@ -167,13 +167,34 @@ class Fp16FromOnnx(_OrtQuant):
                                                 "(onnxruntime.transformers.float16)"})
 
 
+_NOTHING_TO_Q4 = ("nothing to quantize to 4 bits: the model has no MatMul with a constant weight (MatMulNBits "
+                  "replaces MatMul only; Gemm and Conv stay float), so its q4 variant is the float model, which the "
+                  "float targets already run")
+
+
+def _has_op(graph, op_type: str) -> bool:
+    """Whether a node of ``op_type`` is in the graph or in a subgraph of one of its nodes (an If's branch, a
+    Loop's body)."""
+    for node in graph.node:
+        if node.op_type == op_type:
+            return True
+        for a in node.attribute:
+            if any(_has_op(g, op_type) for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)):
+                return True
+    return False
+
+
 class Q4FromOnnx(_OrtQuant):
     variants = {"quant": ("q4",)}
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+        import onnx
 
         out = out_dir / "model.onnx"
+        if not _has_op(onnx.load(str(src.path), load_external_data=False).graph, "MatMul"):
+            raise Unavailable(_NOTHING_TO_Q4)  # known before the quantizer's import (half a second) and its pass
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
         with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
             model = _plain_copy(src.path, Path(tmp) / "model.onnx")
             try:
@@ -183,9 +204,7 @@ class Q4FromOnnx(_OrtQuant):
                 raise _failed("4-bit weight quantization", e) from None
             made = sum(n.op_type == "MatMulNBits" for n in q.model.model.graph.node)
             if not made:
-                raise Unavailable("nothing to quantize to 4 bits: the model has no MatMul with a constant weight "
-                                  "(MatMulNBits replaces MatMul only; Gemm and Conv stay float), so its q4 variant "
-                                  "is the float model, which the float targets already run")
+                raise Unavailable(_NOTHING_TO_Q4)
             q.model.save_model_to_file(str(out), use_external_data_format=False)
         return _described(out, {"quantization": f"4-bit weights, MatMulNBits in symmetric blocks of {_Q4_BLOCK}, "
                                                 "float activations (onnxruntime.quantization.matmul_nbits_quantizer)"})

@@ -86,7 +86,9 @@ class OrtWeb(WebRuntime):
         self._output_quant = artifact.meta.get("output_quant")  # a QDQ model's outputs: their scales
         return {"bundle": self.bundle, "ep": self.ep, "threads": self.threads, "deviceType": self.options.get("device_type", "cpu"),
                 "graphOptimization": self.options.get("graph_optimization", "all"),
-                "warmModel": self._server.put_blob("warm.onnx", _warm_model())}
+                "warmModel": self._server.put_blob("warm.onnx", _warm_model()),
+                # what this model asks of the device, checked before its session is made
+                "needs": {"shaderF16": str(artifact.meta.get("quantization", "")).startswith("float16")}}
 
     def keep_console(self, kind: str, text: str) -> bool:
         # the session is created with verbose logging for its node placement; drop the rest of it

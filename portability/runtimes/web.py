@@ -188,8 +188,9 @@ class WebRuntime(Runtime):
         self.served_model_bytes = sum(n for path, n in self._server.served.items() if path.startswith("a/"))
         if not res["ok"]:
             err = self.op_error(self._message(res), LoadError)
-            # what this host lacks (an adapter without float16 shaders) leaves the page as it was: kept
-            self._healthy = isinstance(err, Unavailable) and res.get("stage") == "session"
+            # what this host lacks (an adapter without float16 shaders, a browser without WebNN) leaves the page
+            # as it was: kept, so that the next target of its configuration learns it without a new page
+            self._healthy = isinstance(err, Unavailable) and res.get("stage") in ("session", "init")
             self.close()
             raise err
         self._load_ms = {**res["timings"], "load": (_time.perf_counter() - t0) * 1e3}
@@ -216,7 +217,7 @@ class WebRuntime(Runtime):
             timings.update(res.get("timings") or {})
         self._reused = self._kept.holds(digest) if res["ok"] else None
         if res["ok"] and self._reused is None:
-            res = self._browser.call("s => harness.load(s)", {"model": cfg["model"], "digest": digest})
+            res = self._browser.call("s => harness.load(s)", {"model": cfg["model"], "digest": digest, "needs": cfg.get("needs") or {}})
             timings.update(res.get("timings") or {})
         self._page["session_reused"] = self._reused is not None
         if res["ok"] and not res.get("info"):

@@ -69,7 +69,7 @@ def served_dirs() -> tuple[str, ...]:
 
 def key(engine: str, cfg: dict[str, Any]) -> str:
     """The page configuration (what the engine's start depends on, not the model nor any one server)."""
-    same = {k: v for k, v in cfg.items() if k not in ("model", "modules", "warmModel")}
+    same = {k: v for k, v in cfg.items() if k not in ("model", "modules", "warmModel", "needs")}
     return hashlib.sha256(json.dumps({"engine": engine, **same}, sort_keys=True).encode()).hexdigest()[:16]
 
 

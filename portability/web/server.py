@@ -36,8 +36,10 @@ MIME = {
     ".bin": "application/octet-stream",
 }
 
-#: node_modules sub-folders the page may load (nothing else of node_modules is reachable)
+#: the largest body a page may PUT (its outputs)
 MAX_PUT = 1 << 31
+#: how often the serving loop looks for a shutdown (``serve_forever``'s default, 0.5 s, is what closing waited)
+_POLL_S = 0.05
 
 
 def _inside(root: Path, rel: str) -> Path | None:
@@ -80,7 +82,9 @@ class HarnessServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="portability-http", daemon=True)
+        # a short poll: ``shutdown`` waits for the loop to see it, and a worker closes its server as it ends
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": _POLL_S},
+                                        name="portability-http", daemon=True)
         self._thread.start()
         return self
 

@@ -28,7 +28,7 @@ async function guard(stage, fn) {
 async function setup(cfg) {
   const init = await start(cfg);
   if (!init.ok) return init;
-  const loaded = await load({model: cfg.model});
+  const loaded = await load({model: cfg.model, needs: cfg.needs});
   if (!loaded.ok) return loaded;
   return {ok: true, timings: {...init.timings, ...loaded.timings}, info: loaded.info};
 }
@@ -51,7 +51,7 @@ async function load(spec) {
     if (current && engine.close) await engine.close();
     current = null;
     const t0 = performance.now();
-    await engine.load(spec.model);
+    await engine.load(spec.model, spec.needs || {});
     current = {digest: spec.digest || null, facts: null};
     return {ok: true, timings: {session: performance.now() - t0}, info: engine.info()};
   } catch (e) {
