@@ -153,3 +153,21 @@ def test_the_pool_is_gone_when_its_parent_is_killed(tmp_path, pool):
     parent.wait()
     gone, alive = psutil.wait_procs([zygote, worker], timeout=60)
     assert alive == []
+
+
+def test_a_check_starts_its_pool_at_once_and_a_bad_model_leaves_none(tmp_path, pool):
+    """The pool starts as the check starts (beside the model's reading), and a check refused before any
+    target runs stops it, as one that ran does."""
+    from portability.core.errors import UsageError
+    from portability.engine.pipeline import check
+    from portability.settings.options import resolve
+
+    pool.prestart(dict(os.environ)).join(60)
+    started = pool.pid()
+    assert started is not None and psutil.pid_exists(started)
+    pool.shutdown()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(UsageError):
+        check(bad, resolve({"targets": "server/ort-cpu"}))
+    assert pool.pid() is None

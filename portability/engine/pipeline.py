@@ -15,7 +15,7 @@ from portability.core.model import ModelInfo
 from portability.engine import plan
 from portability.engine.lease import Progress, Runner, Silent
 from portability.settings.options import CheckOptions
-from portability.workers import shutdown, versions
+from portability.workers import prestart, shutdown, versions
 from portability.report.schema import Report
 from portability.sources import load_source_isolated
 
@@ -75,9 +75,15 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     (``engine/session.py``): the shared services and the warm worker pool several checks share; they
     outlive this check."""
     progress = progress or Silent()
-    model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
-    feeds = inp.prepare(model, opts)
-    chosen = plan.for_options(model.format, opts, getattr(progress, "note", None) or (lambda s: log.info("%s", s)))
+    prestart()  # the workers' fork server starts while the model is read and its targets are planned
+    try:
+        model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+        feeds = inp.prepare(model, opts)
+        chosen = plan.for_options(model.format, opts, getattr(progress, "note", None) or (lambda s: log.info("%s", s)))
+    except BaseException:  # a bad model, input or flag: no target runs
+        if session is None:
+            shutdown()
+        raise
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
     run = None
     try:

@@ -112,6 +112,11 @@ def shutdown() -> None:
     worker_pool.shutdown()
 
 
+def prestart() -> None:
+    """The start of a check: the worker pool starts in the background, in a worker's environment."""
+    worker_pool.prestart(worker_env())
+
+
 def worker_env() -> dict[str, str]:
     """A worker's environment: this process's, with this environment's tools first on PATH and this
     portability first on PYTHONPATH."""

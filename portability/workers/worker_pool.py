@@ -260,26 +260,51 @@ _broken = False
 _atexit_registered = False
 
 
+def _started(env: dict[str, str], label: str) -> _Zygote | None:
+    """The zygote, started now unless it runs (``_lock`` held); None when it cannot start."""
+    global _zygote, _broken, _atexit_registered
+    if _broken:
+        return None
+    if _zygote is None:
+        try:
+            _zygote = _Zygote(env, label)
+        except PoolError as e:
+            _broken = True
+            log.warning("the worker pool did not start (%s): workers start as fresh processes", e)
+            return None
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            _atexit_registered = True
+    return _zygote
+
+
+def prestart(env: dict[str, str], label: str = "") -> threading.Thread | None:
+    """Start the zygote in the background, in ``env`` (a worker's environment), while the check does other
+    work (reads the model, plans the targets): its first worker then forks at once instead of waiting for
+    the imports. A job whose environment needs another start is still a fresh interpreter (``spawn``).
+    Returns the thread that starts it (None: the pool is off)."""
+    if not enabled():
+        return None
+
+    def start() -> None:
+        with _lock:
+            _started(env, label)
+
+    t = threading.Thread(target=start, name="worker pool start", daemon=True)
+    t.start()
+    return t
+
+
 def spawn(job_file: Path, log_file: Path, env: dict[str, str]) -> PooledProcess | None:
     """The job's worker forked from the zygote (started on first use), or None: start it as a fresh
     interpreter (the pool is off, could not start, stopped, or the job's environment needs one)."""
-    global _zygote, _broken, _atexit_registered
+    global _zygote, _broken
     if not enabled():
         return None
     with _lock:
-        if _broken:
+        z = _started(env, str(Path(job_file).parent.parent))
+        if z is None:
             return None
-        if _zygote is None:
-            try:
-                _zygote = _Zygote(env, str(Path(job_file).parent.parent))
-            except PoolError as e:
-                _broken = True
-                log.warning("the worker pool did not start (%s): workers start as fresh processes", e)
-                return None
-            if not _atexit_registered:
-                atexit.register(shutdown)
-                _atexit_registered = True
-        z = _zygote
     try:
         return z.spawn(Path(job_file), Path(log_file), env)
     except PoolError as e:
