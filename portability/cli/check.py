@@ -109,6 +109,7 @@ def _check(model: Path, f: _Asked, flags: dict[str, Any]) -> int:
     from portability.settings.config import COMPARE
     from portability.settings.options import resolve
     from portability.engine.grid import check as run_check  # one check, or one per --shape-grid shape
+    from portability.workers import prestart
 
     err = Console(stderr=True)
     cfg = _settings(f.config, f.profile)
@@ -118,6 +119,7 @@ def _check(model: Path, f: _Asked, flags: dict[str, Any]) -> int:
     tol = outputs.tolerances(cfg, f.baseline_latency, f.max_size_growth)
     base = outputs.load_baseline(f.baseline if f.baseline is not None else cfg.get("baseline"))
     _say_sandbox(opts.sandbox, err)
+    prestart()  # the workers' fork server starts beside the model's reading (it stops with the process)
     info = load_source_isolated(model, sandbox=opts.sandbox, shapes=opts.shapes)
     outputs.require_comparable(base, info.to_dict())
     if not f.quiet:

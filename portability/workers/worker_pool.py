@@ -266,8 +266,10 @@ def _started(env: dict[str, str], label: str) -> _Zygote | None:
     if _broken:
         return None
     if _zygote is None:
+        t0 = time.monotonic()
         try:
             _zygote = _Zygote(env, label)
+            log.debug("the worker pool started in %.2f s", time.monotonic() - t0)
         except PoolError as e:
             _broken = True
             log.warning("the worker pool did not start (%s): workers start as fresh processes", e)
@@ -301,8 +303,10 @@ def spawn(job_file: Path, log_file: Path, env: dict[str, str]) -> PooledProcess 
     global _zygote, _broken
     if not enabled():
         return None
+    t0 = time.monotonic()
     with _lock:
         z = _started(env, str(Path(job_file).parent.parent))
+        log.debug("a worker waited %.2f s for the pool", time.monotonic() - t0)
         if z is None:
             return None
     try:

@@ -33,10 +33,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-#: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``
+#: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``, then
+#: the browser driver every web target's worker imports (the DevTools client, the page server, the kept pages:
+#: the standard library's HTTP and e-mail modules, some 60 ms a worker) and the engines' runtimes
 PRELOAD = ("numpy", "portability.core.protocol", "portability.workers.worker", "portability.workers.cache",
            "portability.converters.base", "portability.core.artifact", "portability.core.target",
-           "portability.core.errors", "portability.runtimes.base", "portability.metrics.latency")
+           "portability.core.errors", "portability.runtimes.base", "portability.metrics.latency",
+           "portability.runtimes.web", "portability.web.browser", "portability.web.server", "portability.web.pool",
+           "portability.runtimes.ort_web", "portability.runtimes.tfjs", "portability.runtimes.litert_js",
+           "portability.runtimes.ort", "portability.runtimes.litert")
 #: never in the zygote: heavy, and they start threads (only the targets that need them import them)
 NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
 #: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
