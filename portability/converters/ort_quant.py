@@ -40,12 +40,13 @@ _CAL_MAX_SAMPLES = 64
 _MSG_MAX = 1200
 
 
-def _plain_copy(src: Path, work: Path):
-    """The model without its value_info hints (the quantizers re-infer shapes, and an exporter's stale hint
-    then contradicts them; the hints are not part of the computation), saved to ``work``."""
+def _plain_copy(src, work: Path):
+    """The model (a path, or a model loaded already) without its value_info hints (the quantizers re-infer
+    shapes, and an exporter's stale hint then contradicts them; the hints are not part of the computation),
+    saved to ``work``."""
     import onnx
 
-    model = onnx.load(str(src))
+    model = onnx.load(str(src)) if isinstance(src, (str, Path)) else src
     del model.graph.value_info[:]
     onnx.save(model, str(work))
     return model
@@ -191,12 +192,13 @@ class Q4FromOnnx(_OrtQuant):
         import onnx
 
         out = out_dir / "model.onnx"
-        if not _has_op(onnx.load(str(src.path), load_external_data=False).graph, "MatMul"):
+        model = onnx.load(str(src.path))
+        if not _has_op(model.graph, "MatMul"):
             raise Unavailable(_NOTHING_TO_Q4)  # known before the quantizer's import (half a second) and its pass
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
         with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
-            model = _plain_copy(src.path, Path(tmp) / "model.onnx")
+            model = _plain_copy(model, Path(tmp) / "model.onnx")
             try:
                 q = MatMulNBitsQuantizer(model, bits=4, block_size=_Q4_BLOCK, is_symmetric=True)
                 q.process()

@@ -150,8 +150,9 @@ def build(name: str, root: Path, log: Callable[[str], None] = lambda s: None) ->
     folder = root / f"{name}-{digest}"
     if (folder / ".built").is_file():
         return folder
-    if not status()[0]:
-        raise UsageError(f"{status()[1]}: run `portability setup transformers` (scripts/setup.sh runs it)")
+    ok, why = status()
+    if not ok:
+        raise UsageError(f"{why}: run `portability setup transformers` (scripts/setup.sh runs it)")
     folder.mkdir(parents=True, exist_ok=True)
     log(f"building {name} from its configuration (random weights, seed 0)")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="3",
@@ -182,7 +183,7 @@ def run_zoo(models: list[str], targets: str, session, cache_root: Path | None, l
             path = folder / f"{name}.{fmt}"
             row = {"model": name, "format": fmt, "file": str(path), "report": None, "localized": {}}
             if not path.is_file():
-                row["why"] = (folder / ".built").read_text().strip().splitlines()[-1:] or ["not built"]
+                row["why"] = ((folder / ".built").read_text().strip().splitlines() or ["not built"])[-1]
                 rows.append(row)
                 continue
             progress.stage(f"{name}.{fmt}: checking")
