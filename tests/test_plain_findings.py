@@ -278,7 +278,7 @@ def test_the_tfjs_converter_runs_without_onednn_rewrites(monkeypatch, tmp_path):
 def test_an_onnx2tf_failure_at_a_node_it_renamed_names_the_source_node_and_its_op(tmp_path):
     """onnx2tf names a node it rewrote as a workaround ``wa/<name>`` in its ERROR lines (T5's relative-position
     ``Where``); the failure names the source graph's node and its op, from the INFO line that started it."""
-    from portability.converters.onnx2tf import failure
+    from portability.converters.onnx2tf_log import failure
 
     g = helper.make_graph([helper.make_node("Where", ["c", "x", "y"], ["z"], name="/m/attn/Where_1")], "g",
                           [helper.make_tensor_value_info(n, TensorProto.BOOL if n == "c" else TensorProto.FLOAT, [2])

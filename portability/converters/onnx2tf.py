@@ -6,8 +6,8 @@ and ``Int8TfliteFromSavedModel`` quantizes fully with calibration data, both sub
 SavedModel — the same ``TFLiteConverter.from_saved_model`` path onnx2tf's own ``-oiqt`` takes. Targets use
 ``tflite_chain(quant)``.
 
-onnx2tf runs as a subprocess on a **copy** of the model (it rewrites its input in place), with this
-environment's bin folder on PATH (without ``onnxsim`` there it silently skips simplification), a seeded-noise
+onnx2tf runs as a subprocess on a **copy** of the model (it rewrites its input in place), its ``onnxsim``
+passes served by one process (``onnx2tf_run``, which also describes the files it wrote), a seeded-noise
 ``calibration_image_sample_data_*.npy`` in its working folder (it downloads one for any 3-channel input
 otherwise), and proxies pointing at a closed port: nothing it does can reach the network. The exact GELU and
 ``Erf`` are made from TFLite's built-ins first (``tflite_builtins``).
@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from portability.converters.onnx_snapshot import SNAPSHOT
+from portability.converters.onnx2tf_log import failure, meaningful_lines
 from portability.converters.base import ConvertContext, Converter, package_version, require, run_tool
 from portability.converters.tflite_builtins import UNFUSED, builtin_notes, for_tflite
 from portability.converters.calibration import batch_of, calibration_batches, converter_error_lines
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
-from portability.converters.tflite_layout import describe_savedmodel, describe_tflite, layout_notes
+from portability.converters.tflite_layout import describe_float_files, describe_tflite, layout_notes
 from portability.core.artifact import Artifact
 from portability.core.model import read_signature
 from portability.core.protocol import IoMap
@@ -39,9 +40,7 @@ SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 QUANTS = ("fp32", "fp16", "dynint8", "int8")
 _FLOAT_FILES = {"fp32": "float32", "fp16": "float16"}
 _CAL_MAX_SAMPLES = 100
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_NOISE = re.compile(r"^(I0000|W0000|E0000|WARNING: All log messages|To enable the following|.*oneDNN custom op"
-                    r"|.*cpu_feature_guard|.*tensorflow/core/util/port|\s*$)")
+
 
 
 def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -63,77 +62,6 @@ _NEEDS = {"onnx2tf": "pip install --no-deps onnx2tf==1.29.24 (see requirements/)
 
 def _require() -> None:
     require(_NEEDS, "to convert to TFLite")
-
-
-def meaningful_lines(log: str, limit: int = 12) -> list[str]:
-    """onnx2tf's output minus colours, TF start-up noise and progress: the lines that explain a failure."""
-    lines = [_ANSI.sub("", ln).rstrip() for ln in log.splitlines()]
-    lines = [ln for ln in lines if not _NOISE.match(ln)]
-    picked = [ln for ln in lines if re.search(r"ERROR|Error|error:|Exception|not supported|Unsupported|onnx_op_type|onnx_op_name", ln)]
-    tb = [ln for ln in lines if re.match(r"^\w*(Error|Exception)\b", ln)]
-    out = list(dict.fromkeys(picked[-limit:] + tb[-2:]))
-    return out[-limit:] or lines[-limit:]
-
-
-#: onnx2tf's ERROR lines that give advice, not the error
-_ADVICE = re.compile(r"The trace log is below|input_onnx_file_path:|Read this and deal with it|Alternatively, if the input OP"
-                     r"|If the input OP of ONNX|Also, for models that include")
-#: an exception's last line: ``module.Class: message`` (not indented: a traceback's frames are)
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<cls>[A-Za-z_]\w*(?:Error|Exception)):\s*(?P<msg>.*)$")
-#: MLIR locations in the TFLite converter's messages
-_MLIR_LOC = re.compile(r"<frozen runpy>:\d+:\d+:\s*|<unknown>:\d+:\s*")
-
-
-def failure(log: str, onnx_path: Path | None = None, limit: int = 400) -> tuple[str, str | None, str | None]:
-    """(what went wrong, the op, the node) from a failed onnx2tf run's log: onnx2tf's own ERROR lines
-    (its advice left out), the exception it ended with, and the ops the TFLite converter has no kernel
-    for — never the INFO lines that only log the last op it started. The node is named only where the
-    source graph has a node of that name (onnx2tf invents names for unnamed nodes, and says ``None``)."""
-    lines = [_ANSI.sub("", ln).rstrip() for ln in log.splitlines()]
-    said: list[str] = []
-    op = node = None
-    for ln in lines:
-        if not ln.lstrip().startswith("ERROR:"):
-            continue
-        e = ln.split("ERROR:", 1)[1].strip()
-        m = re.match(r"(\w+) OP is not yet implemented", e)
-        op = m.group(1) if m else op
-        m = re.match(r"onnx_op_name:\s*(\S*)", e)
-        if m:
-            node = m.group(1) or node
-            continue
-        m = re.match(r"onnx_op_type:\s*(\w+)", e)
-        if m:
-            op = m.group(1)
-            continue
-        if e and not _ADVICE.search(e):
-            said.append(e)
-    exceptions = [m for ln in lines if (m := _EXCEPTION.match(ln)) and not ln.startswith((" ", "\t"))]
-    if exceptions:
-        msg = re.sub(r"\s+", " ", _MLIR_LOC.sub(" ", exceptions[-1].group("msg"))).strip()
-        said.append(f"{exceptions[-1].group('cls')}: {msg}")
-    custom = re.search(r"^Custom ops: (.+)$", "\n".join(lines), re.M)
-    if custom:
-        said.append(f"TFLite has no built-in kernel for {custom.group(1).strip()}")
-        op = op or custom.group(1).split(",")[0].strip()
-    if node and node.startswith("wa/"):  # onnx2tf's name for a node it rewrote as a workaround: the source's is after "wa"
-        node = node[2:]
-    if node and op is None:  # the op of the node named in the ERROR lines, from the INFO line that started it
-        m = re.search(r"onnx_op_type:\s*(\w+)\s+onnx_op_name:\s*" + re.escape(node) + r"(?:\s|$)", "\n".join(lines), re.M)
-        op = m.group(1) if m else None
-    if node in ("None", "") or (node and onnx_path is not None and node not in _node_names(onnx_path)):
-        node = None
-    text = "; ".join(dict.fromkeys(x for x in said if x)) or " | ".join(meaningful_lines(log, 4))
-    return (text[:limit] + "…" if len(text) > limit else text), op, node
-
-
-def _node_names(onnx_path: Path) -> set[str]:
-    import onnx
-
-    try:
-        return {n.name for n in onnx.load(str(onnx_path), load_external_data=False).graph.node if n.name}
-    except Exception:  # noqa: BLE001 - an unreadable graph names no node
-        return set()
 
 
 #: onnx2tf's options a check may add (``converter_options``: ``{"SavedModelFromOnnx": {"args": [...]}}``),
@@ -167,26 +95,37 @@ def failed(p, onnx_path: Path, label: str = "onnx2tf") -> ConvertError:
     return ConvertError(f"{label} failed (exit {p.returncode}){where}: {what}", op=op, node=node)
 
 
-def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None,
-                input_shapes: dict[str, list[int]] | None = None, args: list[str] | None = None) -> str:
+def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None, input_shapes: dict[str, list[int]] | None = None,
+                args: list[str] | None = None, describe: tuple[dict, Path] | None = None) -> tuple[str, tuple[dict, dict] | None]:
     """Run onnx2tf on a copy of ``onnx_path`` into ``out`` (SavedModel with a signature + float tflite),
     with ``input_shapes`` as its ``--overwrite_input_shape`` and ``args`` (``extra_args``) after them.
 
-    Returns onnx2tf's log. Raises ConvertError with the meaningful lines (and failing op) on failure."""
+    Returns onnx2tf's log and, with ``describe`` (the ONNX signature and the model the layout probes run), the
+    files' mappings (``describe_float_files``) as onnx2tf's process, TensorFlow imported, made them (None where it
+    could not). Raises ConvertError with the meaningful lines (and failing op) on failure."""
+    import json
+
+    from portability.converters.onnx2tf_run import DESCRIBE, MODULE
+
     with tempfile.TemporaryDirectory(prefix="portability-onnx2tf-") as scratch:
         work = Path(scratch)
         shutil.copyfile(onnx_path, work / "model.onnx")  # onnx2tf rewrites its input in place
         np.save(work / SAMPLE_FILE, np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32))
-        cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), "-osd",
-               *onnx2tf_args(input_shapes), *extra_args(args)]
-        # this environment's bin folder first: onnx2tf runs onnxsim through PATH
+        spec = work / "describe.json"
+        if describe:
+            spec.write_text(json.dumps({"signature": describe[0], "onnx": str(describe[1]), "folder": str(work / "out"),
+                                        "files": {q: str(work / "out" / f"model_{s}.tflite") for q, s in _FLOAT_FILES.items()}}))
+        # onnx2tf's command line, its onnxsim passes served by one process (onnx2tf_run); this environment's bin first
+        cmd = [sys.executable, "-m", MODULE, *([DESCRIBE, str(spec)] if describe else []), "-i", "model.onnx",
+               "-o", str(work / "out"), "-osd", *onnx2tf_args(input_shapes), *extra_args(args)]
         p = run_tool(cmd, "onnx2tf", timeout_s, cwd=work, TF_CPP_MIN_LOG_LEVEL="2",
                      PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         tflite = work / "out" / "model_float32.tflite"
         if p.returncode != 0 or not tflite.is_file():
             raise failed(p, onnx_path)
+        done = json.loads(spec.read_text()).get("described") if describe else None
         shutil.move(str(work / "out"), str(out))
-        return p.stdout
+        return p.stdout, tuple(done) if done else None
 
 
 class SavedModelFromOnnx(Converter):
@@ -243,7 +182,7 @@ class SavedModelFromOnnx(Converter):
         """``probed``: the model the layout probes run in ONNX Runtime on ``sig``'s inputs (``model`` unless its
         inputs were retyped)."""
         raw = out_dir / ".onnx2tf"
-        log = run_onnx2tf(model, raw, ctx.timeout_s, shapes, args)
+        log, described = run_onnx2tf(model, raw, ctx.timeout_s, shapes, args, describe=(sig, probed or model))
         (out_dir / "tflite").mkdir()
         for q, stem in _FLOAT_FILES.items():
             shutil.move(str(raw / f"model_{stem}.tflite"), str(out_dir / "tflite" / f"{q}.tflite"))
@@ -251,9 +190,8 @@ class SavedModelFromOnnx(Converter):
             if f.suffix != ".tflite":
                 shutil.move(str(f), str(out_dir / f.name))
         shutil.rmtree(raw)
-        # each file's layout resolved on that file: a wrong .tflite must not lend its probe's guess
-        float_io = {q: describe_tflite(out_dir / "tflite" / f"{q}.tflite", sig, onnx_path=probed or model) for q in _FLOAT_FILES}
-        io = describe_savedmodel(out_dir, float_io["fp32"], sig, probed or model)
+        float_io, io = described or describe_float_files({q: out_dir / "tflite" / f"{q}.tflite" for q in _FLOAT_FILES},
+                                                         out_dir, sig, probed or model)
         warnings = [ln.strip() for ln in meaningful_lines(log, 6) if "WARN" in ln]
         return Artifact(path=out_dir / "saved_model.pb", format="saved_model", sha256="", meta={
             "onnx_signature": sig,

@@ -53,7 +53,8 @@ class TfliteFromOnnx2(Converter):
         return f"2+onnx2tf{VERSION}+litert{package_version('ai-edge-litert')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        from portability.converters.onnx2tf import failed, meaningful_lines
+        from portability.converters.onnx2tf import failed
+        from portability.converters.onnx2tf_log import meaningful_lines
         from portability.converters.shapes import fix_input_shapes, onnx2tf_args
         from portability.converters.tflite_layout import describe_tflite
         from portability.core.model import read_signature

@@ -282,3 +282,11 @@ def _savedmodel_run(folder: Path, io: dict):
         res = fn(**{k: tf.constant(x) for k, x in zip(keys, xs)})
         return [res[k].numpy() for k in outs]
     return run
+
+
+def describe_float_files(files: dict[str, Path], folder: Path, onnx_sig: dict, onnx_path: Path) -> tuple[dict, dict]:
+    """onnx2tf's float ``.tflite`` files' mappings (``files``: quantization -> file), each resolved on that
+    file — a wrong file must not lend its probe's guess —, and its SavedModel's (in ``folder``), resolved on the
+    SavedModel from the fp32 file's tensors and keys."""
+    float_io = {q: describe_tflite(f, onnx_sig, onnx_path=onnx_path) for q, f in files.items()}
+    return float_io, describe_savedmodel(folder, float_io["fp32"], onnx_sig, onnx_path)
