@@ -100,3 +100,20 @@ def test_a_stable_median_is_close_to_the_true_one():
             stable += 1
             hits += abs(np.median(ms) / 2.0 - 1) <= 0.05
     assert stable >= 150 and hits >= 0.9 * stable
+
+
+def test_a_real_target_compares_the_batches_that_fit_the_checks_sample_budget(tmp_path):
+    """A target of no budget of its own (20 ms an inference, a real CPU) follows ``--sample-budget``: 10 ms
+    leave two of the eight batches (the second sets the pace), against the reference's same batches; 0
+    compares every batch."""
+    from conftest import FIXTURES, by_id, check_json
+
+    env = {"PORTABILITY_PLUGINS": "doubles"}
+    cut = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "test/ort-cpu-slow", "--runs", "0",
+                           "--sample-budget", "0.01", env=env))["test/ort-cpu-slow"]
+    assert cut["status"] == "pass" and cut["details"]["samples"]["batches"] == 2
+    assert cut["details"]["samples"]["of"] == 8 and cut["details"]["samples"]["budget_s"] == 0.01
+    assert cut["details"]["samples"]["pace_ms"] >= 20
+    every = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "test/ort-cpu-slow", "--runs", "0",
+                             "--sample-budget", "0", env=env))["test/ort-cpu-slow"]
+    assert every["status"] == "pass" and "samples" not in every["details"]

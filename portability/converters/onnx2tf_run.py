@@ -107,11 +107,13 @@ def main() -> None:
     spec = None
     if sys.argv[1:2] == [DESCRIBE]:
         spec, sys.argv[1:3] = sys.argv[2], []
-    helper = _Onnxsim()
+    helper = None if {"-nuo", "--not_use_onnxsim"} & set(sys.argv) else _Onnxsim()  # no passes asked: none started
     plain = subprocess.check_output
 
     def check_output(cmd, *args, **kwargs):
+        nonlocal helper
         if isinstance(cmd, list) and cmd and cmd[0] == "onnxsim":
+            helper = helper or _Onnxsim()
             return helper.run(cmd)
         return plain(cmd, *args, **kwargs)
 

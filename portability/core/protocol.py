@@ -75,6 +75,8 @@ class Job:
     warmup: int = 10
     runs: int = 50
     time_budget_s: float | None = None
+    #: seconds the correctness batches may take (None or 0: every batch; a target's own budget first)
+    sample_budget_s: float | None = None
     cache_dir: str | None = None
     use_cache: bool = True
     convert_timeout_s: float | None = None

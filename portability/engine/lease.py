@@ -175,6 +175,7 @@ class Runner:
                    feeds=str(self.feeds_file), feeds_source=self.feeds.source, calibration=self.calibration,
                    input_names=self.in_names,
                    output_names=self.judge.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
+                   sample_budget_s=o.sample_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
                    convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
                    extra_feeds=str(rob.file) if rob and rob.set.groups else "",

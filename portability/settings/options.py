@@ -40,6 +40,8 @@ class CheckOptions:
     runs: int
     #: seconds a target's latency sampling may take; a slow target gets fewer runs (the report says)
     time_budget_s: float
+    #: seconds a target's correctness batches may take; a slower target compares fewer (the report says)
+    sample_budget_s: float
     limits: Limits
     #: "+id"/"id" makes a target (or platform) gating, "-id" a cross-check
     gate: list[str]
@@ -242,6 +244,11 @@ SETTINGS: tuple[Setting, ...] = (
             parse=_number(int), min=0, commands=_AUDIT),
     Setting("time_budget", float, 20.0, "Seconds a target's latency sampling may take (default {default}): a slow "
             "target gets fewer runs (at least 5), and the report says how many.", RUNNING, into="time_budget_s",
+            parse=_number(float), min=0),
+    Setting("sample_budget", float, 30.0, "Seconds a target's correctness batches may take (default {default}): a "
+            "target whose inference is slower compares the batches that fit (at least 2) against the reference's same "
+            "batches, and the report says how many; 0 compares every batch. Emulated and software-GPU targets keep "
+            "their own 20 s.", RUNNING, into="sample_budget_s",
             parse=_number(float), min=0),
     Setting("timeout", float, 300.0, "Seconds a target may take from loading to its last timed run (default "
             "{default}).", RUNNING, into="limits.run_timeout_s", parse=_number(float), min=1, commands=_LOCAL),

@@ -90,8 +90,10 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
     t0 = time.perf_counter()
     results = [runtime.infer(batches[0])]
     first_ms = (time.perf_counter() - t0) * 1e3
-    # a slow inference compares fewer batches (the report says how many; the engine compares those only)
-    sample_budget = t.sample_budget_s if t.sample_budget_s is not None else (SLOW_SAMPLE_BUDGET_S if slow else None)
+    # a slow inference compares fewer batches (the report says how many; the engine compares those only): within
+    # the target's own budget (an emulator's, a software adapter's), else the check's (0: every batch)
+    own = t.sample_budget_s if t.sample_budget_s is not None else (SLOW_SAMPLE_BUDGET_S if slow else None)
+    sample_budget = own if own is not None else (job.sample_budget_s or None)
     k, pace_ms = sample_count(first_ms, nb, sample_budget), first_ms
     # the first inference may pay for compiling shaders or warming up a JIT: where the pace decides something
     # (fewer batches, or no robustness pass), the second sets it
