@@ -103,17 +103,21 @@ def test_a_stable_median_is_close_to_the_true_one():
 
 
 def test_a_real_target_compares_the_batches_that_fit_the_checks_sample_budget(tmp_path):
-    """A target of no budget of its own (20 ms an inference, a real CPU) follows ``--sample-budget``: 10 ms
-    leave two of the eight batches (the second sets the pace), against the reference's same batches; 0
-    compares every batch."""
+    """A target of no budget of its own (20 ms an inference, a real CPU) follows ``--sample-budget``: at 50 ms
+    the second inference sets the pace and two of the eight batches fit; at 10 ms the first alone overran it,
+    so it is the one batch compared (no second to learn the pace); 0 compares every batch. Each against the
+    reference's same batches."""
     from conftest import FIXTURES, by_id, check_json
 
-    env = {"PORTABILITY_PLUGINS": "doubles"}
-    cut = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "test/ort-cpu-slow", "--runs", "0",
-                           "--sample-budget", "0.01", env=env))["test/ort-cpu-slow"]
-    assert cut["status"] == "pass" and cut["details"]["samples"]["batches"] == 2
-    assert cut["details"]["samples"]["of"] == 8 and cut["details"]["samples"]["budget_s"] == 0.01
-    assert cut["details"]["samples"]["pace_ms"] >= 20
-    every = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "test/ort-cpu-slow", "--runs", "0",
-                             "--sample-budget", "0", env=env))["test/ort-cpu-slow"]
-    assert every["status"] == "pass" and "samples" not in every["details"]
+    def check(budget: str) -> dict:
+        r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", "test/ort-cpu-slow", "--runs", "0",
+                       "--sample-budget", budget, env={"PORTABILITY_PLUGINS": "doubles"})
+        t = by_id(r)["test/ort-cpu-slow"]
+        assert t["status"] == "pass", t
+        return t["details"].get("samples")
+
+    paced = check("0.05")
+    assert (paced["batches"], paced["of"], paced["budget_s"]) == (2, 8, 0.05) and paced["pace_ms"] >= 20
+    first = check("0.01")
+    assert first["batches"] == 1 and first["first_ms"] >= 20 and first["pace_ms"] == first["first_ms"]
+    assert check("0") is None

@@ -96,8 +96,10 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
     sample_budget = own if own is not None else (job.sample_budget_s or None)
     k, pace_ms = sample_count(first_ms, nb, sample_budget), first_ms
     # the first inference may pay for compiling shaders or warming up a JIT: where the pace decides something
-    # (fewer batches, or no robustness pass), the second sets it
-    if nb > 1 and (k < nb or _too_long(job, first_ms, len(extra))):
+    # (fewer batches, or no robustness pass), the second sets it — unless the first alone overran the budget:
+    # then it is the one batch compared (a second would cost as much again, over the budget either way)
+    over = bool(sample_budget) and first_ms >= sample_budget * 1e3
+    if nb > 1 and not over and (k < nb or _too_long(job, first_ms, len(extra))):
         t0 = time.perf_counter()
         results.append(runtime.infer(batches[1]))
         pace_ms = (time.perf_counter() - t0) * 1e3
