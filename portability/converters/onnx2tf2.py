@@ -54,6 +54,7 @@ class TfliteFromOnnx2(Converter):
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         from portability.converters.onnx2tf import failed
+        from portability.converters.onnx2tf_run import MODULE
         from portability.converters.onnx2tf_log import meaningful_lines
         from portability.converters.shapes import fix_input_shapes, onnx2tf_args
         from portability.converters.tflite_layout import describe_tflite
@@ -75,7 +76,8 @@ class TfliteFromOnnx2(Converter):
             kept = work / "source.onnx"
             shutil.copyfile(model, kept)
             sig = read_signature(kept) if shapes or not ctx.signature else ctx.signature
-            cmd = [sys.executable, "-m", "onnx2tf", "-i", "model.onnx", "-o", str(work / "out"), *onnx2tf_args(shapes)]
+            # 2.x's command line (its site first on the path), its onnxsim passes served by one process as 1.x's are
+            cmd = [sys.executable, "-m", MODULE, "-i", "model.onnx", "-o", str(work / "out"), *onnx2tf_args(shapes)]
             path = os.pathsep.join([str(site())] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
             p = run_tool(cmd, f"onnx2tf {VERSION}", ctx.timeout_s, cwd=work, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path,
                          PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
