@@ -248,9 +248,9 @@ SETTINGS: tuple[Setting, ...] = (
             "target gets fewer runs (at least 5), and the report says how many.", RUNNING, into="time_budget_s",
             parse=_number(float), min=0),
     Setting("sample_budget", float, 30.0, "Seconds a target's correctness batches may take (default {default}): a "
-            "target whose inference is slower compares the batches that fit (at least 2) against the reference's same "
-            "batches, and the report says how many; 0 compares every batch. Emulated and software-GPU targets keep "
-            "their own 20 s.", RUNNING, into="sample_budget_s",
+            "target whose inference is slower compares the batches that fit at its pace (at least one) against the "
+            "reference's same batches, and the report says how many; 0 compares every batch. Emulated and "
+            "software-GPU targets keep their own 20 s.", RUNNING, into="sample_budget_s",
             parse=_number(float), min=0),
     Setting("timeout", float, 300.0, "Seconds a target may take from loading to its last timed run (default "
             "{default}).", RUNNING, into="limits.run_timeout_s", parse=_number(float), min=1, commands=_LOCAL),
