@@ -42,7 +42,6 @@ _FLOAT_FILES = {"fp32": "float32", "fp16": "float16"}
 _CAL_MAX_SAMPLES = 100
 
 
-
 def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
     """The converter steps from the source ONNX model to a ``.tflite`` file of ``quant``."""
     if quant not in QUANTS:
