@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -84,7 +85,13 @@ class Echo(OrtCpu):
 
         env = {k: v for k, v in os.environ.items() if k.startswith("PORTABILITY_ECHO_")}
         return {**super().details(), "echo": {"ppid": os.getppid(), "env": env, "blas_threads": blas_threads(),
-                                              "cwd": os.getcwd()}}
+                                              "cwd": os.getcwd(), "tensorflow": "tensorflow" in sys.modules}}
+
+
+class EchoTf(Echo):
+    """Echo, its worker forked from the zygote that imported TensorFlow (``server/tf``'s)."""
+
+    pool = "tensorflow"
 
 
 class Fallback(OrtCpu):
@@ -154,6 +161,9 @@ register(
            description="ORT CPU plus noise on every output (a wrong model)"),
     Target(id="test/noisy-twin", runtime=f"{HERE}:Noisy",
            description="the same noise as test/noisy: two runtimes that agree with each other, not the reference"),
+    Target(id="test/echo", runtime=f"{HERE}:Echo", description="ORT CPU that says how its worker started"),
+    Target(id="test/echo-tf", runtime=f"{HERE}:EchoTf",
+           description="ORT CPU that says how its worker started, forked from the TensorFlow zygote"),
     Target(id="test/fallback", runtime=f"{HERE}:Fallback",
            description="asks for one backend, reports another"),
     Target(id="test/web-fallback", runtime="portability.runtimes.ort_web:OrtWeb",

@@ -49,7 +49,7 @@ def _once(rt, art, x):
         rt.close()
 
 
-def test_a_kept_page_serves_the_next_target_and_keeps_its_session_for_the_same_model(tmp_path, browser):
+def test_a_kept_page_serves_the_next_target_and_keeps_its_session_for_the_same_model(tmp_path, browser, monkeypatch):
     model = conv_net(tmp_path / "m" / "model.onnx")
     other = conv_net(tmp_path / "n" / "model.onnx", seed=7)
     x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
@@ -64,10 +64,21 @@ def test_a_kept_page_serves_the_next_target_and_keeps_its_session_for_the_same_m
     assert "init" not in t2 and "session" not in t2 and d2["model_fetched_bytes"] == 0
     assert float(np.max(np.abs(out2["y"] - want))) < 1e-5 and len(ms2) == 3
     assert d2["node_placement"] == d1["node_placement"]  # learnt when the session was made, kept with it
-    # another model of the same configuration: the engine is warm, the session is new
+    # another model of the same configuration (a quantized variant, the next model of an audit): a page of its own
+    # while the browser keeps fewer of this configuration than it may, so that each keeps its session
     out3, _, d3, t3 = _once(_runtime(browser.endpoint), _artifact(other), x)
-    assert d3["page"]["engine_started_before"] and not d3["page"]["session_reused"] and "init" not in t3
+    assert d3["page"] == {"kept": True, "engine_started_before": False, "uses": 1, "session_reused": False}
     assert float(np.max(np.abs(out3["y"] - reference(other, {"x": x})["y"]))) < 1e-5
+    _, _, again, _ = _once(_runtime(browser.endpoint), _artifact(model), x)
+    assert again["page"] == {"kept": True, "engine_started_before": True, "uses": 3, "session_reused": True}
+    # as many pages of it as may be kept: the idle one holding another model takes this one (its engine warm)
+    from portability.web import pool
+
+    monkeypatch.setattr(pool, "MAX_PER_KEY", 2)
+    third = conv_net(tmp_path / "o" / "model.onnx", seed=9)
+    out5, _, d5, t5 = _once(_runtime(browser.endpoint), _artifact(third), x)
+    assert d5["page"]["engine_started_before"] and not d5["page"]["session_reused"] and "init" not in t5
+    assert float(np.max(np.abs(out5["y"] - reference(third, {"x": x})["y"]))) < 1e-5
     # another configuration: a page of its own
     _, _, d4, _ = _once(_runtime(browser.endpoint, threads=2), _artifact(model), x)
     assert d4["page"]["uses"] == 1 and not d4["page"]["engine_started_before"]

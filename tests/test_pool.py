@@ -71,6 +71,27 @@ def test_a_pooled_worker_reports_its_result(tmp_path, pool):
     assert _run(tmp_path, _job(tmp_path), "w2").details["echo"]["ppid"] == zygote.pid  # one pool for many jobs
 
 
+def test_a_tensorflow_worker_forks_from_the_zygote_that_imported_it(tmp_path, pool, monkeypatch):
+    """A job of the ``tensorflow`` pool (``server/tf``'s) forks from a second zygote that imported TensorFlow once,
+    with no thread started; the other jobs still fork from the plain one, which never imports it; a job whose
+    environment changes what TensorFlow reads at import (``TF_*``) starts fresh."""
+    from dataclasses import replace
+
+    tf_job = replace(_job(tmp_path), pool="tensorflow")
+    first = _run(tmp_path, tf_job, "tf1").details["echo"]
+    assert pool.pid("tensorflow") is not None and first["ppid"] == pool.pid("tensorflow") != pool.pid()
+    assert first["tensorflow"] is True  # imported before the fork: the worker's import costs nothing
+    zygote = psutil.Process(pool.pid("tensorflow"))
+    assert zygote.num_threads() == 1
+    assert _run(tmp_path, tf_job, "tf2").details["echo"]["ppid"] == zygote.pid  # one for many jobs
+    plain = _run(tmp_path, _job(tmp_path), "plain").details["echo"]
+    assert plain["ppid"] == pool.pid() != zygote.pid and plain["tensorflow"] is False
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    fresh = _run(tmp_path, tf_job, "tf3").details["echo"]
+    assert fresh["ppid"] == os.getpid() and fresh["tensorflow"] is False
+    assert _run(tmp_path, _job(tmp_path), "plain2").details["echo"]["ppid"] == pool.pid()  # TF_* is no concern there
+
+
 def test_an_aborting_worker_is_crashed_with_sigabrt(tmp_path, pool):
     wr = _run(tmp_path, _job(tmp_path, "doubles:Abort"))
     assert pool.pid() is not None

@@ -18,6 +18,8 @@ from conftest import FIXTURES, ROOT, by_id, check_json, run_cli
 pytestmark = [pytest.mark.web]
 
 WEB = "server/ort-cpu,web/ort-wasm,web/tfjs-cpu"
+#: the test doubles' targets (``doubles.py``)
+DOUBLES = {"PORTABILITY_PLUGINS": "doubles"}
 
 
 def _web_missing() -> str | None:
@@ -114,6 +116,56 @@ def test_sigkill_mid_check_costs_running_targets_a_clear_error_and_the_next_chec
                        "--no-history")
     assert by_id(again)["web/ort-wasm"]["status"] == "pass"
     assert _status(own)["pid"] != pid
+
+
+def test_checks_fork_their_workers_from_the_resident_sessions_pools(tmp_path, own):
+    """The workers of two checks fork from the resident session's zygotes, started once: the plain one, and the one
+    that imported TensorFlow for the targets that use it (a warm ``server/tf`` pays no TensorFlow import)."""
+    import psutil
+
+    reports = [check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/echo,test/echo-tf", "--runs", "2",
+                          "--no-history", env=DOUBLES) for _ in range(2)]
+    pools = {p["flavour"]: p["pid"] for p in _status(own)["worker_pools"]}
+    assert set(pools) == {"plain", "tensorflow"}, pools
+    for r in reports:
+        t = by_id(r)
+        echo, echo_tf = t["test/echo"]["details"]["echo"], t["test/echo-tf"]["details"]["echo"]
+        assert echo["ppid"] == pools["plain"] and echo["tensorflow"] is False
+        assert echo_tf["ppid"] == pools["tensorflow"] and echo_tf["tensorflow"] is True
+    for pid in pools.values():  # the resident session's own children, one thread each between forks
+        z = psutil.Process(pid)
+        assert z.ppid() == _status(own)["pid"] and z.num_threads() == 1
+
+
+def test_a_check_killed_with_sigkill_leaves_no_worker_of_the_resident_pool_behind(tmp_path, own):
+    """The resident session's zygote forked the check's workers: when the check dies, it stops them (nobody is left
+    to read their results), rather than letting them run on to their own time limits."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-m", "portability", "check", str(FIXTURES / "mlp.onnx"), "--targets",
+                             "test/hang", "--timeout", "600", "--no-history"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=dict(os.environ, **DOUBLES))
+    deadline, hung = time.monotonic() + 120, None
+    while hung is None and time.monotonic() < deadline and proc.poll() is None:
+        pools = {p["flavour"]: p["pid"] for p in _status(own).get("worker_pools", [])} if own.exists() else {}
+        kids = psutil.Process(pools["plain"]).children() if "plain" in pools else []
+        hung = next((k for k in kids if _cwd(k).endswith("test__hang")), None)
+        time.sleep(0.2)
+    assert hung is not None, "test/hang's worker never started from the resident pool"
+    time.sleep(1)  # well into its hang
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    hung.wait(timeout=10)  # psutil.TimeoutExpired: it ran on
+    assert not hung.is_running()
+
+
+def _cwd(p) -> str:
+    import psutil
+
+    try:
+        return p.cwd()
+    except psutil.Error:
+        return ""
 
 
 def test_serve_start_status_idle_stop(tmp_path, own):

@@ -119,7 +119,8 @@ def _check(model: Path, f: _Asked, flags: dict[str, Any]) -> int:
     tol = outputs.tolerances(cfg, f.baseline_latency, f.max_size_growth)
     base = outputs.load_baseline(f.baseline if f.baseline is not None else cfg.get("baseline"))
     _say_sandbox(opts.sandbox, err)
-    prestart()  # the workers' fork server starts beside the model's reading (it stops with the process)
+    # the workers' fork server starts (or is leased from the resident session) beside the model's reading
+    prestart(resident=opts.resident == "auto")
     info = load_source_isolated(model, sandbox=opts.sandbox, shapes=opts.shapes)
     outputs.require_comparable(base, info.to_dict())
     if not f.quiet:

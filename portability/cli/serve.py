@@ -56,11 +56,12 @@ def serve(
 
 def _describe(info: dict) -> str:
     services = ", ".join(f"{s['provider'].rpartition(':')[2]} (sandbox {s['mode']}, started {s['launches']}×)"
-                         for s in info.get("services", [])) or "nothing started yet"
+                         for s in info.get("services", []) if s["mode"] != "pool") or "nothing started yet"
+    pools = ", ".join(f"{p['flavour']} (pid {p['pid']})" for p in info.get("worker_pools", [])) or "none yet"
     up = time.time() - float(info.get("since") or time.time())
     return (f"resident session pid {info['pid']} at {info['socket']}, up {up:.0f} s, {info.get('leases', 0)} "
-            f"lease(s) held, {info.get('served', 0)} served; services: {services}; stops after "
-            f"{info.get('idle_s', 0):g} s idle")
+            f"lease(s) held, {info.get('served', 0)} served; services: {services}; worker pools: {pools}; "
+            f"{info.get('pool_leases', 0)} check(s) forking from them; stops after {info.get('idle_s', 0):g} s idle")
 
 
 def _wait_gone(pid: int, timeout: float = 15.0) -> None:

@@ -104,6 +104,8 @@ class Job:
     check_id: str = ""
     #: ``--strict-backend``: a runtime that can refuse to run nodes off the backend asked for does
     strict_backend: bool = False
+    #: the worker pool its worker forks from (``Runtime.pool``: "" or ``tensorflow``)
+    pool: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

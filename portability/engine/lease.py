@@ -21,6 +21,7 @@ from portability.engine.evaluate import Evaluator
 from portability.engine.plan import Planned
 from portability.settings.options import CheckOptions, Limits
 from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
+from portability.workers import prestart as start_pool
 from portability.report.schema import TargetResult
 from portability.targets import Target, availability
 
@@ -123,9 +124,12 @@ class Runner:
         return wr
 
     def prestart(self, targets: list[Target]) -> None:
-        """The shared services the available ones of these targets use start now, beside the reference run."""
-        self.services.prestart({self._runtime(t).service for t in targets
-                                if t.id not in self.no_route and availability(t).ok})
+        """The shared services the available ones of these targets use start now, beside the reference run, and
+        the worker pools their workers fork from."""
+        ready = [t for t in targets if t.id not in self.no_route and availability(t).ok]
+        self.services.prestart({self._runtime(t).service for t in ready})
+        for pool in sorted({self._runtime(t).pool for t in ready} - {""}):
+            start_pool(pool)
 
     def close(self) -> None:
         if self._own_services:
@@ -180,7 +184,8 @@ class Runner:
                    convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
                    extra_feeds=str(rob.file) if rob and rob.set.groups else "",
                    extra_clean=rob.set.batches if rob else 0,
-                   run_timeout_s=self.limits(target).run_timeout_s, strict_backend=o.strict_backend)
+                   run_timeout_s=self.limits(target).run_timeout_s, strict_backend=o.strict_backend,
+                   pool=self._runtime(target).pool)
 
     def limits(self, target: Target) -> Limits:
         """The check's limits, with the target's own run time limit unless the user set one."""

@@ -75,7 +75,9 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     (``engine/session.py``): the shared services and the warm worker pool several checks share; they
     outlive this check."""
     progress = progress or Silent()
-    prestart()  # the workers' fork server starts while the model is read and its targets are planned
+    # the workers' fork server starts (or is leased from the resident session) while the model is read and its
+    # targets are planned; a session's checks take the resident session its services come from, if any
+    prestart(resident=(session.services.resident or False) if session is not None else opts.resident == "auto")
     try:
         model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
         feeds = inp.prepare(model, opts)

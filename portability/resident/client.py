@@ -174,6 +174,41 @@ def _kill(pid: int) -> None:
         pass
 
 
+#: the resident session's provider of worker pools
+POOL_HOST = "portability.workers.zygote_handle:ZygoteHost"
+
+
+def pool(flavour: str, env: dict[str, str], path: Path | None = None) -> tuple[socket.socket, int, dict]:
+    """A lease of the resident session's worker pool zygote of ``flavour`` (started there on the first lease, in
+    ``env``, a worker's environment: one per flavour and start-up environment): the connection that holds the
+    lease, a copy of the zygote's control socket and ``{"pid", "startup", "resident"}``
+    (``workers.zygote_handle.RemoteZygote``). Raises Unreachable, or RuntimeError when it cannot start one."""
+    path = path or socket_path()
+    start(path)
+    conn = _connect(path)
+    try:
+        conn.sendall((json.dumps({"op": "pool", "provider": POOL_HOST, "flavour": flavour, "env": env}) + "\n").encode())
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 1)
+        while data and not data.endswith(b"\n"):
+            more = conn.recv(1 << 20)
+            if not more:
+                break
+            data += more
+    except OSError as e:
+        conn.close()
+        raise Unreachable(f"the resident session stopped answering ({e})") from None
+    try:
+        answer = json.loads(data) if data else {"error": "the resident session closed the connection (it stopped)"}
+        if not answer.get("ok") or len(fds) != 1:
+            raise RuntimeError(answer.get("error") or "the resident session gave no worker pool")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        raise
+    return conn, fds[0], answer
+
+
 class Lease:
     """One service leased from the resident process: its endpoint, for as long as its connection lives."""
 

@@ -43,6 +43,8 @@ class Resident:
         self._providers: dict[tuple[str, str], Any] = {}
         self.leases = 0
         self.served = 0
+        #: the checks that hold a lease of a worker pool zygote (``_pool``)
+        self.pool_leases = 0
         self._last = time.monotonic()
         self._stop = threading.Event()
 
@@ -70,8 +72,10 @@ class Resident:
         with self._lock:
             services = [{"provider": c, "mode": m, "launches": getattr(p, "launches", 0)}
                         for (c, m), p in self._providers.items()]
+            pools = [pool for p in self._providers.values() if hasattr(p, "pools") for pool in p.pools()]
         return {"ok": True, "pid": os.getpid(), "socket": str(self.path), "since": self.started,
-                "leases": self.leases, "served": self.served, "idle_s": self.idle_s, "services": services}
+                "leases": self.leases, "served": self.served, "idle_s": self.idle_s, "services": services,
+                "worker_pools": pools, "pool_leases": self.pool_leases}
 
     def handle(self, conn: socket.socket) -> None:
         try:
@@ -95,6 +99,8 @@ class Resident:
             _send(conn, {"ok": True, "pid": os.getpid()})
             self._stop.set()
             return None
+        if op == "pool":
+            return self._pool(conn, f, req)
         provider = self.provider(str(req.get("provider")), str(req.get("mode") or "auto"))
         if op == "running":
             return _send(conn, {"ok": True, "running": provider.running(req.get("flavour"))})
@@ -120,9 +126,29 @@ class Resident:
             provider.release(handle, unwell=unwell)
         return None
 
+    def _pool(self, conn: socket.socket, f, req: dict) -> None:
+        """A lease of a worker pool's zygote (its provider, ``workers.zygote_handle.ZygoteHost``, keeps one per
+        flavour and start-up environment): a copy of its control socket, held by the check until it gives it back
+        or its connection ends (the zygote stays: the next check forks from it too)."""
+        host = self.provider(str(req.get("provider")), "pool")
+        try:
+            z = host.zygote(str(req.get("flavour") or ""), {str(k): str(v) for k, v in dict(req.get("env") or {}).items()})
+        except Exception as e:  # the pool's own error, said to the check (which forks its own workers then)
+            return _send(conn, {"ok": False, "error": f"the worker pool did not start: {e}"})
+        with self._lock:
+            self.pool_leases += 1
+        try:
+            answer = {"ok": True, "pid": z.proc.pid, "startup": z.startup, "resident": os.getpid()}
+            socket.send_fds(conn, [(json.dumps(answer) + "\n").encode()], [z.ctl.fileno()])
+            f.readline()  # the check gives it back, or its connection ends
+        finally:
+            with self._lock:
+                self.pool_leases -= 1
+        return None
+
     # --- the loop --------------------------------------------------------------------------------------
     def idle(self) -> bool:
-        return self.leases == 0 and time.monotonic() - self._last > self.idle_s
+        return self.leases == 0 and self.pool_leases == 0 and time.monotonic() - self._last > self.idle_s
 
     def serve(self) -> None:
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -45,6 +45,8 @@ class Facts:
     network: str
     #: the service's provider: ``("module:Class", flavour)`` (``workers/services.py`` starts it)
     provider: tuple[str, Any] | None = None
+    #: the worker pool its worker forks from (``Runtime.pool``)
+    pool: str = ""
 
 class Runtime(ABC):
     #: the artifact format it runs ("onnx", "ort", "tflite", "tfjs")
@@ -66,6 +68,9 @@ class Runtime(ABC):
     network: ClassVar[str] = "none"
     #: the packages it runs on (``check --versions`` runs it once more per asked version of one)
     uses: ClassVar[tuple[str, ...]] = ()
+    #: the worker pool its worker forks from (``workers/worker_zygote.FLAVOURS``): ``tensorflow`` for a runtime
+    #: that imports TensorFlow, whose zygote imported it already
+    pool: ClassVar[str] = ""
     #: the documented alternatives ``fix`` retries a failing target of it under, in order (``explain.fix``):
     #: each ``{"name", "options"}`` (runtime options, among those it reads: ``OPTIONS``)
     fixes: ClassVar[tuple[dict[str, Any], ...]] = ()
@@ -127,7 +132,7 @@ class Runtime(ABC):
         cls.check_options(o)
         service = cls.service(o)
         return Facts(cost=cls.cost(o), contends=cls.contends(o), service=service, network=cls.network,
-                     provider=cls.providers.get(service) if service else None)
+                     provider=cls.providers.get(service) if service else None, pool=cls.pool)
 
     @classmethod
     def cost(cls, options: dict[str, Any]) -> float:

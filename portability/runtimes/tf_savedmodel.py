@@ -55,9 +55,10 @@ def input_keys(inputs: list[TensorLink], signature: dict[str, Any]) -> list[str]
 
 
 class TfSavedModel(Runtime):
-    cost_s = 4.0  # importing TensorFlow
+    cost_s = 4.0  # importing TensorFlow (where its worker pool has not)
     input_format = "saved_model"
     uses = ("tensorflow",)
+    pool = "tensorflow"
 
     @classmethod
     def availability(cls) -> Availability:

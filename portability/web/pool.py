@@ -113,20 +113,27 @@ class KeptPage:
 
 
 def claim(browser, pages: str, page_key: str, digest: str) -> KeptPage | None:
-    """An idle kept page of this configuration (one holding this artifact first), else a new one; None when
-    the browser keeps as many of this configuration as it may (the target then opens a page of its own)."""
+    """An idle kept page of this configuration holding this artifact, or holding none; else a new one while the
+    browser keeps fewer than MAX_PER_KEY of it (so that the artifacts of one configuration — a model and its
+    quantized variants on one backend — each keep their page, session and compiled shaders between checks); else
+    an idle one holding another model (lost to this one). None when none is idle (the target then opens a page
+    of its own)."""
     token = secrets.token_urlsafe(9)
     index = pages + "h/index.html"
     kept = [t for t in browser.command("Target.getTargets")["targetInfos"]
             if t.get("type") == "page" and t.get("url", "").startswith(index + "#")]
     mine = [t for t in kept if _fields(t["url"]).get("k") == page_key]
-    # the page holding this artifact, then pages holding none, then one holding another model (lost to it)
-    mine.sort(key=lambda t: (_fields(t["url"]).get("d") != digest, "d" in _fields(t["url"])))
-    for t in mine:
+    free = [t for t in mine if _fields(t["url"]).get("d") in (digest, None)]
+    free.sort(key=lambda t: _fields(t["url"]).get("d") != digest)  # the page holding this artifact first
+    for t in free:
         page = _try(browser, t, token)
         if page is not None:
             return page
     if len(mine) >= MAX_PER_KEY:
+        for t in (t for t in mine if t not in free):
+            page = _try(browser, t, token)
+            if page is not None:
+                return page
         return None
     if len(kept) >= MAX_PAGES:
         _evict(browser, [t for t in kept if t not in mine])

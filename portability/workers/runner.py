@@ -112,9 +112,20 @@ def shutdown() -> None:
     worker_pool.shutdown()
 
 
-def prestart() -> None:
-    """The start of a check: the worker pool starts in the background, in a worker's environment."""
-    worker_pool.prestart(worker_env())
+def prestart(pool: str = "", resident: Path | bool = True) -> None:
+    """The start of a check: the worker pool (of that flavour: ``Runtime.pool``) starts in the background, in a
+    worker's environment — the resident session's, leased (``resident``: its socket; True: the user's; False:
+    none), else the check's own."""
+    if resident is True:
+        from portability.resident import client
+
+        try:
+            resident = client.socket_path()
+        except (client.Unreachable, OSError):
+            resident = False
+    if not pool:
+        worker_pool.use_resident(resident or None)
+    worker_pool.prestart(worker_env(), flavour=pool)
 
 
 def worker_env() -> dict[str, str]:
@@ -132,10 +143,11 @@ def worker_env() -> dict[str, str]:
 def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen | worker_pool.PooledProcess:
     """The job's worker: forked from the pre-imported pool, else (pool off or unavailable) a fresh interpreter."""
     env = worker_env()
-    job = json.loads(job_file.read_text())["target"]
+    doc = json.loads(job_file.read_text())
+    job = doc["target"]
     env.update(job.get("env") or {})
     python = job.get("python")  # another environment's interpreter (a version of a package): never the pool's
-    proc = None if python else worker_pool.spawn(job_file, log_file, env)
+    proc = None if python else worker_pool.spawn(job_file, log_file, env, doc.get("pool") or "")
     if proc is not None:
         return proc
     with open(log_file, "wb") as errf:
@@ -282,6 +294,10 @@ def _outcome(job: Job, proc: subprocess.Popen, phase: Phase, log_file: Path) -> 
     result_file = Path(job.result)
     if result_file.is_file():
         return WorkerResult.from_dict(json.loads(result_file.read_text()))
+    lost = getattr(proc, "lost", None)
+    if lost:  # its zygote stopped, killing it: the resident session's (killed, or stopped), or the check's own
+        return WorkerResult.failed(Status.CRASHED, f"{lost} stopped while this target ran, and its worker with it "
+                                                   f"(in phase '{phase.value}'): run the check again")
     if proc.returncode < 0:
         name = signal.Signals(-proc.returncode).name
         error = f"worker died by signal {name} in phase '{phase.value}'" + _said(log_file)

@@ -7,7 +7,8 @@ socket: for each job it forks a child that turns into the worker a fresh
 and, once it has reaped the child, its exit status.
 
 Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start threads) and onnxruntime
-(its import starts a thread). OpenBLAS starts its threads when numpy is imported: the zygote runs with
+(its import starts a thread) — except TensorFlow in the zygote of the ``tensorflow`` flavour, which serves the
+workers that import it (``FLAVOURS``). OpenBLAS starts its threads when numpy is imported: the zygote runs with
 ``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread count a fresh interpreter would have chosen from
 the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
 ``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the
@@ -44,6 +45,14 @@ PRELOAD = ("numpy", "portability.core.protocol", "portability.workers.worker", "
            "portability.runtimes.ort", "portability.runtimes.litert")
 #: never in the zygote: heavy, and they start threads (only the targets that need them import them)
 NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
+#: a second zygote for the workers that import TensorFlow (``server/tf``: 2.5-3.5 s of import each): the same
+#: modules and TensorFlow (without the Keras it imports eagerly; ``runtimes/tf_savedmodel``), whose import starts no
+#: thread when OpenBLAS starts none; its thread pools are made on first use, in each worker
+TENSORFLOW = "tensorflow"
+FLAVOURS = ("", TENSORFLOW)
+#: TensorFlow reads these when it is imported (oneDNN's switch, its log level...): a job of the TensorFlow
+#: zygote that changes one needs a fresh interpreter
+TENSORFLOW_PREFIXES = ("TF_",)
 #: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
 #: encodings, the dynamic loader, malloc, numpy, OpenBLAS): a job that changes one needs a fresh interpreter
 STARTUP_PREFIXES = ("PYTHON", "LD_", "OPENBLAS_", "GOTO_", "OMP_", "MKL_", "NPY_", "NUMPY_", "MALLOC_", "GLIBC_", "LC_")
@@ -106,10 +115,11 @@ def _blas_threads_for(env: dict[str, str]) -> int:
     return min(n, cores) if n > 0 else cores
 
 
-def startup_env(env: dict[str, str]) -> dict[str, str]:
-    """The part of ``env`` a forked worker cannot change."""
+def startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
+    """The part of ``env`` a worker forked from the zygote of ``flavour`` cannot change."""
+    prefixes = STARTUP_PREFIXES + (TENSORFLOW_PREFIXES if flavour == TENSORFLOW else ())
     return {k: v for k, v in env.items()
-            if (k.startswith(STARTUP_PREFIXES) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS}
+            if (k.startswith(prefixes) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS}
 
 
 # -- the zygote -------------------------------------------------------------------------------------------
@@ -121,9 +131,11 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def _preload() -> None:
+def _preload(flavour: str = "") -> None:
     import importlib
 
+    if flavour not in FLAVOURS:
+        raise PoolError(f"no such worker pool: {flavour!r}")
     for name in PRELOAD:
         importlib.import_module(name)
     from portability.core.availability import package_version
@@ -131,7 +143,12 @@ def _preload() -> None:
 
     for dist in used_dists():  # what names each converter (its cache key) and runtime, read once for every worker
         package_version(dist)
-    loaded = [m for m in NEVER if m in sys.modules]
+    if flavour == TENSORFLOW:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # as the runtime sets it before its import
+        from portability.runtimes.tf_savedmodel import import_tensorflow_without_keras
+
+        import_tensorflow_without_keras()
+    loaded = [m for m in NEVER if m in sys.modules and not (flavour == TENSORFLOW and m == "tensorflow")]
     if loaded:
         raise PoolError(f"preloading imported {', '.join(loaded)}")
     if threading.active_count() != 1 or _threads() != 1:
@@ -165,6 +182,7 @@ class _Server:
         self.parent = os.getppid()
         self.children: dict[int, socket.socket] = {}  # pid -> the connection its status goes to
         self.stop = False
+        self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -175,7 +193,7 @@ class _Server:
 
     def serve(self) -> _Request | None:
         """Forks a worker for each request until told to stop; returns only in a forked child."""
-        sel = selectors.DefaultSelector()
+        sel = self.sel
         sel.register(self.ctl, selectors.EVENT_READ)
         sel.register(self.wake_r, selectors.EVENT_READ)
         while not self.stop:
@@ -185,6 +203,8 @@ class _Server:
                     if req is not None:  # the child: none of the zygote's descriptors stays open in the worker
                         sel.close()
                         return req
+                elif key.data is not None:
+                    self._abandoned(key.fileobj, key.data)
                 else:
                     try:
                         while os.read(self.wake_r, 512):
@@ -236,7 +256,28 @@ class _Server:
             os.close(fd)
         self.children[pid] = conn
         _send(conn, {"pid": pid})
+        self.sel.register(conn, selectors.EVENT_READ, pid)  # the parent says nothing more: readable is its end
         return None
+
+    def _abandoned(self, conn: socket.socket, pid: int) -> None:
+        """The parent that asked for this worker closed its connection, or died (a check killed with SIGKILL,
+        whose workers this zygote forked for it): the worker has nobody to report to and is stopped."""
+        try:
+            said = conn.recv(1)
+        except OSError:
+            said = b""
+        self._forget(conn)
+        if not said and self.children.get(pid) is conn:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _forget(self, conn: socket.socket) -> None:
+        try:
+            self.sel.unregister(conn)
+        except (KeyError, ValueError, RuntimeError, OSError):
+            pass
 
     def _reap(self) -> None:
         while self.children:
@@ -248,7 +289,9 @@ class _Server:
                 return
             conn = self.children.pop(pid, None)
             if conn is not None:
-                _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
+                self._forget(conn)
+                # stopped with this zygote (its parent gone, or it was told to stop): the worker's parent says so
+                _send(conn, {"returncode": os.waitstatus_to_exitcode(status), **({"pool_stopped": True} if self.stop else {})})
                 conn.close()
 
     def _stop_children(self) -> None:
@@ -309,12 +352,13 @@ def _become_worker(req: _Request, start_cwd: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """The zygote: ``python -m portability.workers.worker_zygote CONTROL_FD [LABEL]`` (LABEL: what it serves)."""
+    """The zygote: ``python -m portability.workers.worker_zygote CONTROL_FD [LABEL [FLAVOUR]]`` (LABEL: what it
+    serves; FLAVOUR: ``tensorflow`` preloads TensorFlow too)."""
     ctl = socket.socket(fileno=int(argv[0]))
     ctl.set_inheritable(False)
     start_cwd = os.getcwd()
     try:
-        _preload()
+        _preload(argv[2] if len(argv) > 2 else "")
     except Exception as e:
         _send_ctl(ctl, {"error": f"{type(e).__name__}: {e}"})
         return 1
