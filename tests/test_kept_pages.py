@@ -84,7 +84,7 @@ def test_a_kept_page_serves_the_next_target_and_keeps_its_session_for_the_same_m
     assert d4["page"]["uses"] == 1 and not d4["page"]["engine_started_before"]
 
 
-def test_two_targets_at_once_get_two_pages_and_a_failed_target_leaves_no_page(tmp_path, browser):
+def test_two_targets_at_once_get_two_pages_and_a_failed_target_leaves_no_page(tmp_path, browser, monkeypatch):
     from portability.core.errors import TargetError
     from portability.web import pool
 
@@ -99,12 +99,19 @@ def test_two_targets_at_once_get_two_pages_and_a_failed_target_leaves_no_page(tm
         a.close()
         b.close()
     cdp, pages = pool.split(browser.endpoint)
-    assert len(_kept(cdp, pages)) == 2
-    # a model the engine cannot run: the target fails, and its page is closed, not kept
+    before = sorted(_kept(cdp, pages))
+    assert len(before) == 2
+    # a model the engine cannot run: the target fails (in a page of its own: both kept pages hold another model),
+    # and that page is closed, not kept
     bad = _unknown_op(tmp_path / "bad" / "model.onnx")
     rt = _runtime(browser.endpoint)
     with pytest.raises(TargetError):
         _once(rt, _artifact(bad), np.zeros((1, 4), np.float32))
+    assert sorted(_kept(cdp, pages)) == before, "the failed target's page was kept"
+    # with as many pages kept as may be, the failing target takes one of them: that one is closed
+    monkeypatch.setattr(pool, "MAX_PER_KEY", 2)
+    with pytest.raises(TargetError):
+        _once(_runtime(browser.endpoint), _artifact(bad), np.zeros((1, 4), np.float32))
     assert len(_kept(cdp, pages)) == 1, "the failed target's page was kept"
 
 

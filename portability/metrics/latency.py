@@ -76,6 +76,9 @@ SLOW_BUDGET_S = 0.5
 
 #: the fewest timed runs of a target whose inference is slow (a target may set its own, even 0)
 MIN_RUNS = 5
+#: ...where MIN_RUNS would overrun the time budget: a median and its spread (the budget follows the model's
+#: pace; a seconds-long inference varies little from run to run, and the report gives the runs taken)
+MIN_SLOW_RUNS = 3
 #: the fewest timed runs of a target whose speed is no device's (an emulator, a software GPU adapter):
 #: none where one inference overruns its budget — the first inference's time, labelled, says what there is to
 #: say, and the machine is not held quiet for a minute to time an emulator
@@ -113,12 +116,15 @@ def timing_plan(per_run_ms: float, warmup: int, runs: int, budget_s: float | Non
     """Warm-up and timed runs that fit ``budget_s`` given what one inference costs (like timeit's
     autorange): a fifth of what fits goes to warm-up, the rest to timed runs, never more than asked nor
     fewer than ``min_runs`` (0: a target too slow for its budget is not timed) — unless ``min_runs`` runs
-    would take over twice the budget: then as many as fit twice the budget, at least one."""
+    would overrun the budget: then MIN_SLOW_RUNS at least, and where those take over twice the budget, as many
+    as fit twice the budget, at least one."""
     if not budget_s or runs <= 0 or per_run_ms <= 0 or per_run_ms * (warmup + runs) <= budget_s * 1e3:
         return TimingPlan(warmup, runs)
     fit = int(budget_s * 1e3 // per_run_ms)
     w = min(warmup, fit // 5)
     floor = min(min_runs, runs)
+    if floor and per_run_ms * floor > budget_s * 1e3:
+        floor = min(floor, max(MIN_SLOW_RUNS, fit))
     if floor and per_run_ms * floor > 2 * budget_s * 1e3:
         floor = max(1, int(2 * budget_s * 1e3 // per_run_ms))
     r = max(floor, min(runs, fit - w))

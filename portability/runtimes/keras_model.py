@@ -17,7 +17,8 @@ from portability.runtimes.base import Availability, Runtime, modules_present, ti
 
 class KerasModel(Runtime):
     input_format = "keras"
-    cost_s = 4.0  # importing TensorFlow
+    cost_s = 4.0  # importing TensorFlow (where its worker pool has not) and Keras
+    pool = "tensorflow"  # forked after TensorFlow's import: Keras's own is what is left to pay
 
     @classmethod
     def availability(cls) -> Availability:

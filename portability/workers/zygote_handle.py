@@ -272,6 +272,7 @@ class ZygoteHost:
     def __init__(self):
         self._zygotes: dict[tuple[str, str], Zygote] = {}
         self._lock = threading.Lock()
+        self._starting: dict[tuple[str, str], threading.Lock] = {}  # one start at a time per zygote, not for all
         self.sandbox: dict = {}  # what every provider carries; the workers enter their check's own sandbox
 
     def zygote(self, flavour: str, env: dict[str, str]) -> Zygote:
@@ -283,9 +284,13 @@ class ZygoteHost:
             raise PoolError(f"no such worker pool: {flavour!r}")
         key = (flavour, json.dumps(startup_env(env, flavour), sort_keys=True))
         with self._lock:
+            starting = self._starting.setdefault(key, threading.Lock())
+        with starting:
             z = self._zygotes.get(key)
             if z is None or z.proc.poll() is not None:
-                z = self._zygotes[key] = Zygote(env, "resident", flavour)
+                z = Zygote(env, "resident", flavour)
+                with self._lock:
+                    self._zygotes[key] = z
             return z
 
     def pools(self) -> list[dict]:
