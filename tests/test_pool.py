@@ -73,11 +73,15 @@ def test_a_pooled_worker_reports_its_result(tmp_path, pool):
 
 def test_a_tensorflow_worker_forks_from_the_zygote_that_imported_it(tmp_path, pool, monkeypatch):
     """A job of the ``tensorflow`` pool (``server/tf``'s) forks from a second zygote that imported TensorFlow once,
-    with no thread started; the other jobs still fork from the plain one, which never imports it; a job whose
-    environment changes what TensorFlow reads at import (``TF_*``) starts fresh."""
+    with no thread started, where the pool serves more than one check (a session's; the resident session's); the
+    other jobs still fork from the plain one, which never imports it; a job whose environment changes what
+    TensorFlow reads at import (``TF_*``) starts fresh. For one check alone, the plain zygote serves it."""
     from dataclasses import replace
 
     tf_job = replace(_job(tmp_path), pool="tensorflow")
+    once = _run(tmp_path, tf_job, "once").details["echo"]
+    assert once["ppid"] == pool.pid() and pool.pid("tensorflow") is None and once["tensorflow"] is False
+    pool.use_resident(None, lasting=True)
     first = _run(tmp_path, tf_job, "tf1").details["echo"]
     assert pool.pid("tensorflow") is not None and first["ppid"] == pool.pid("tensorflow") != pool.pid()
     assert first["tensorflow"] is True  # imported before the fork: the worker's import costs nothing

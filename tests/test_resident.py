@@ -119,14 +119,27 @@ def test_sigkill_mid_check_costs_running_targets_a_clear_error_and_the_next_chec
 
 
 def test_checks_fork_their_workers_from_the_resident_sessions_pools(tmp_path, own):
-    """The workers of two checks fork from the resident session's zygotes, started once: the plain one, and the one
-    that imported TensorFlow for the targets that use it (a warm ``server/tf`` pays no TensorFlow import)."""
+    """A check that finds no resident session forks its own workers (it waits for no session to start) and starts
+    one at its end, whose zygotes start then: the plain one, and the one that imported TensorFlow for the targets
+    that use it. The workers of the next checks fork from those (a warm ``server/tf`` pays no TensorFlow import)."""
     import psutil
 
-    reports = [check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/echo,test/echo-tf", "--runs", "2",
-                          "--no-history", env=DOUBLES) for _ in range(2)]
-    pools = {p["flavour"]: p["pid"] for p in _status(own)["worker_pools"]}
+    def check():
+        return check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "test/echo,test/echo-tf", "--runs", "2",
+                          "--no-history", env=DOUBLES)
+
+    first = by_id(check())
+    deadline, pools = time.monotonic() + 120, {}
+    while len(pools) < 2 and time.monotonic() < deadline:  # the session the first check started, warming its pools
+        try:
+            pools = {p["flavour"]: p["pid"] for p in _status(own)["worker_pools"]}
+        except Exception:
+            pass
+        time.sleep(0.2)
     assert set(pools) == {"plain", "tensorflow"}, pools
+    for t in ("test/echo", "test/echo-tf"):  # its own zygote's (one check alone: TensorFlow imported by the worker)
+        assert first[t]["details"]["echo"]["ppid"] not in pools.values() and not first[t]["details"]["echo"]["tensorflow"]
+    reports = [check() for _ in range(2)]
     for r in reports:
         t = by_id(r)
         echo, echo_tf = t["test/echo"]["details"]["echo"], t["test/echo-tf"]["details"]["echo"]
@@ -142,6 +155,7 @@ def test_a_check_killed_with_sigkill_leaves_no_worker_of_the_resident_pool_behin
     to read their results), rather than letting them run on to their own time limits."""
     import psutil
 
+    assert run_cli("serve", env=DOUBLES).returncode == 0
     proc = subprocess.Popen([sys.executable, "-m", "portability", "check", str(FIXTURES / "mlp.onnx"), "--targets",
                              "test/hang", "--timeout", "600", "--no-history"], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, env=dict(os.environ, **DOUBLES))

@@ -77,7 +77,8 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     progress = progress or Silent()
     # the workers' fork server starts (or is leased from the resident session) while the model is read and its
     # targets are planned; a session's checks take the resident session its services come from, if any
-    prestart(resident=(session.services.resident or False) if session is not None else opts.resident == "auto")
+    prestart(resident=(session.services.resident or False) if session is not None else opts.resident == "auto",
+             lasting=session is not None)
     try:
         model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
         feeds = inp.prepare(model, opts)

@@ -126,7 +126,7 @@ def start(path: Path | None = None, idle_s: float = IDLE_S) -> dict:
         raise Unreachable(f"no resident session could start at {path} ({e.strerror or e})") from None
 
 
-def _start(path: Path, idle_s: float) -> dict:
+def _start(path: Path, idle_s: float, warm: dict | None = None, wait: bool = True) -> dict:
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -138,10 +138,18 @@ def _start(path: Path, idle_s: float) -> dict:
         log_file = path.with_suffix(".log")
         # started through a shell that leaves it behind: it is no child of this check, which may end first
         argv = [sys.executable, "-m", "portability.resident.server", "--socket", str(path), "--idle", str(idle_s)]
+        if warm:  # the worker pools to start once it listens: read (and removed) by it, in the user's own folder
+            warm_file = path.with_suffix(f".warm-{os.getpid()}.json")
+            fd = os.open(warm_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(warm, f)
+            argv += ["--warm", str(warm_file)]
         with open(log_file, "ab") as err:
             sh = subprocess.run(["/bin/sh", "-c", '"$@" </dev/null >/dev/null & echo $!', "sh", *argv],
                                 stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True, text=True)
         pid = int(sh.stdout.strip() or 0)
+        if not wait:
+            return {"ok": True, "pid": pid, "starting": True}
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if not _alive(pid):
@@ -176,6 +184,29 @@ def _kill(pid: int) -> None:
 
 #: the resident session's provider of worker pools
 POOL_HOST = "portability.workers.zygote_handle:ZygoteHost"
+
+
+def running(path: Path | None = None) -> bool:
+    """A resident session listens at ``path`` (a connection, nothing asked)."""
+    try:
+        _connect(path or socket_path(), timeout=2.0).close()
+        return True
+    except Unreachable:
+        return False
+
+
+def warm(pools: dict[str, dict[str, str]], path: Path | None = None) -> None:
+    """Have the resident session at ``path`` start these worker pools (flavour -> a worker's environment) in the
+    background, for the next check — starting the session itself, without waiting for it, where none runs. A check
+    that had to fork its own workers (no session ran when it started) says so at its end: it is not held up."""
+    path = path or socket_path()
+    try:
+        request("warm", path, provider=POOL_HOST, pools=pools)
+    except Unreachable:
+        try:
+            _start(path, IDLE_S, warm={"provider": POOL_HOST, "pools": pools}, wait=False)
+        except OSError as e:
+            raise Unreachable(f"no resident session could start at {path} ({e.strerror or e})") from None
 
 
 def pool(flavour: str, env: dict[str, str], path: Path | None = None) -> tuple[socket.socket, int, dict]:

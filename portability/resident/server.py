@@ -101,6 +101,9 @@ class Resident:
             return None
         if op == "pool":
             return self._pool(conn, f, req)
+        if op == "warm":
+            self.warm(req)
+            return _send(conn, {"ok": True})
         provider = self.provider(str(req.get("provider")), str(req.get("mode") or "auto"))
         if op == "running":
             return _send(conn, {"ok": True, "running": provider.running(req.get("flavour"))})
@@ -125,6 +128,20 @@ class Resident:
                 self.leases -= 1
             provider.release(handle, unwell=unwell)
         return None
+
+    def warm(self, req: dict) -> None:
+        """Start worker pools in the background (``{"provider", "pools": {flavour: env}}``): the next check forks
+        from them at once."""
+        def start() -> None:
+            host = self.provider(str(req.get("provider")), "pool")
+            for flavour, env in dict(req.get("pools") or {}).items():
+                try:
+                    host.zygote(str(flavour), {str(k): str(v) for k, v in dict(env).items()})
+                except Exception as e:  # a check that asks for it later is told why
+                    log.warning("warming the worker pool %r: %s", flavour, e)
+            self._last = time.monotonic()
+
+        threading.Thread(target=start, name="warm pools", daemon=True).start()
 
     def _pool(self, conn: socket.socket, f, req: dict) -> None:
         """A lease of a worker pool's zygote (its provider, ``workers.zygote_handle.ZygoteHost``, keeps one per
@@ -201,12 +218,21 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="The resident session of portability's shared services.")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--idle", type=float, default=300.0)
+    ap.add_argument("--warm", help="a JSON file of worker pools to start once listening (removed when read)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=os.environ.get("PORTABILITY_LOG", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     r = Resident(Path(args.socket), args.idle)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: r._stop.set())
+    if args.warm:
+        try:
+            with open(args.warm) as f:
+                r.warm(json.load(f))
+        except (OSError, ValueError) as e:
+            log.warning("no worker pools to warm: %s", e)
+        finally:
+            Path(args.warm).unlink(missing_ok=True)
     r.serve()
 
 

@@ -112,10 +112,10 @@ def shutdown() -> None:
     worker_pool.shutdown()
 
 
-def prestart(pool: str = "", resident: Path | bool = True) -> None:
+def prestart(pool: str = "", resident: Path | bool = True, lasting: bool = False) -> None:
     """The start of a check: the worker pool (of that flavour: ``Runtime.pool``) starts in the background, in a
     worker's environment — the resident session's, leased (``resident``: its socket; True: the user's; False:
-    none), else the check's own."""
+    none), else the check's own (``lasting``: kept for more checks, a session's)."""
     if resident is True:
         from portability.resident import client
 
@@ -124,7 +124,7 @@ def prestart(pool: str = "", resident: Path | bool = True) -> None:
         except (client.Unreachable, OSError):
             resident = False
     if not pool:
-        worker_pool.use_resident(resident or None)
+        worker_pool.use_resident(resident or None, lasting)
     worker_pool.prestart(worker_env(), flavour=pool)
 
 

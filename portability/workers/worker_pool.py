@@ -61,14 +61,27 @@ _atexit_registered = False
 _resident: Path | None = None
 _remote: dict[str, RemoteZygote] = {}
 _remote_broken: set[str] = set()
+#: the flavours this process forked its own workers of because no resident session ran (with the environment they
+#: started in): at the end (``shutdown``) the resident session is started, or asked, to have them ready next time
+_unserved: dict[str, dict[str, str]] = {}
 
 
-def use_resident(path: Path | None) -> None:
+#: this process's own zygotes serve more than one check (a session's): a zygote of another flavour than the plain
+#: one (TensorFlow's) is worth its start only then; else its workers fork from the plain one and import it themselves
+_lasting = False
+
+
+def use_resident(path: Path | None, lasting: bool = False) -> None:
     """Fork workers from the zygotes of the resident session at ``path`` (``portability.resident``: started
     there once, kept between checks — TensorFlow's import with them), this process's own where it cannot give
-    one; None: this process's own only."""
-    global _resident
-    _resident = path
+    one; None: this process's own only. ``lasting``: this process's own zygotes serve several checks."""
+    global _resident, _lasting
+    _resident, _lasting = path, lasting
+
+
+def _own(flavour: str) -> str:
+    """The flavour of this process's own zygote that serves a job of ``flavour``."""
+    return flavour if _lasting else ""
 
 
 def _registered() -> None:
@@ -90,6 +103,11 @@ def _attached(env: dict[str, str], flavour: str) -> RemoteZygote | None:
         return z
     from portability.resident import client
 
+    if not client.running(path):  # this check does not wait for a session to start and import: its own, and
+        with _lock:               # the session started at its end, its pools warm for the next check
+            _remote_broken.add(flavour)
+            _unserved[flavour] = dict(env)
+        return None
     t0 = time.monotonic()
     try:
         z = RemoteZygote(*client.pool(flavour, env, path), flavour=flavour)
@@ -141,7 +159,7 @@ def prestart(env: dict[str, str], label: str = "", flavour: str = "") -> threadi
 
     def start() -> None:
         with _starting[flavour]:
-            _attached(env, flavour) or _started(env, label, flavour)
+            _attached(env, flavour) or (_own(flavour) == flavour and _started(env, label, flavour))
 
     t = threading.Thread(target=start, name=f"worker pool start {flavour}".strip(), daemon=True)
     t.start()
@@ -169,6 +187,7 @@ def spawn(job_file: Path, log_file: Path, env: dict[str, str], flavour: str = ""
             if proc is not None:
                 return proc  # else its environment needs another start: this process's own zygote, or a fresh one
     t0 = time.monotonic()
+    flavour = _own(flavour)
     with _starting[flavour]:
         z = _started(env, str(Path(job_file).parent.parent), flavour)
     log.debug("a worker waited %.2f s for the pool", time.monotonic() - t0)
@@ -202,13 +221,22 @@ def remote_pid(flavour: str = "") -> int | None:
 def shutdown() -> None:
     """Stops every zygote of this process's own and gives the resident session's back (the end of a check, Ctrl-C,
     exit); the next worker starts or leases a new one (from the resident session the next check names)."""
-    global _resident
+    global _resident, _lasting
     with _lock:
-        _resident = None
+        path, _resident, _lasting = _resident, None, False
         stopping = list(_zygotes.values()) + list(_remote.values())
+        unserved = dict(_unserved)
         _zygotes.clear()
         _remote.clear()
         _broken.clear()
         _remote_broken.clear()
+        _unserved.clear()
     for z in stopping:
         z.close()
+    if path is not None and unserved:
+        from portability.resident import client
+
+        try:
+            client.warm(unserved, path)
+        except client.Unreachable as e:
+            log.debug("the resident session's worker pools were not warmed: %s", e)

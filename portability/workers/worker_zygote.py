@@ -364,8 +364,9 @@ def main(argv: list[str]) -> int:
         return 1
     _send_ctl(ctl, {"ready": True, "pid": os.getpid()})
     req = _Server(ctl).serve()
-    if req is None:
-        return 0
+    if req is None:  # stopped, its workers with it: nothing of its own to finish (an interpreter's teardown with
+        sys.stderr.flush()  # TensorFlow loaded takes seconds)
+        os._exit(0)
     return _become_worker(req, start_cwd)  # a worker: its exit is an interpreter's (exit handlers, threads joined)
 
 
