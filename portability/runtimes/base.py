@@ -88,6 +88,8 @@ class Runtime(ABC):
         self.services: dict[str, str] = {}
         #: ``--strict-backend``: a runtime that can refuse to run nodes off the asked backend does
         self.strict_backend = False
+        #: the check its target belongs to (``Job.check_id``; "" outside one)
+        self.check_id = ""
         self.check_options(self.options)
 
     @classmethod

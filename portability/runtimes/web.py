@@ -175,7 +175,7 @@ class WebRuntime(Runtime):
             self._browser = Browser(webgpu=self.uses_webgpu(self.options), console_filter=self.keep_console, endpoint=cdp)
             self._browser.start(context=not pages)
             if pages:
-                self._kept = pool.claim(self._browser, pages, pool.key(self.engine, cfg), artifact.sha256)
+                self._kept = pool.claim(self._browser, pages, pool.key(self.engine, cfg), artifact.sha256, self.check_id)
                 if self._kept is None:  # as many pages of this configuration kept as may be, all busy: a page
                     self._browser.own_context()  # of its own, served by its own server as without kept pages
                     cfg["modules"] = self._server.base + "m/"

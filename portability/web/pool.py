@@ -81,8 +81,8 @@ class KeptPage:
     """This worker's claim on a kept page: ``state`` is what the page said at the claim (``started``: its
     engine is up; ``current``: ``{digest, facts}`` of the model it holds; ``uses``)."""
 
-    def __init__(self, browser, target: str, context: str, state: dict[str, Any]):
-        self.browser, self.target, self.context, self.state = browser, target, context, state
+    def __init__(self, browser, target: str, context: str, state: dict[str, Any], check: str = ""):
+        self.browser, self.target, self.context, self.state, self.check = browser, target, context, state, check
 
     @property
     def started(self) -> bool:
@@ -97,7 +97,7 @@ class KeptPage:
         """Give the page back (``keep``) with the facts of its model, or close it."""
         if keep and int(self.state.get("uses") or 0) < MAX_USES:
             try:
-                self.browser.call("f => harness.park(f)", facts)
+                self.browser.call("a => harness.park(a.facts, a.check)", {"facts": facts, "check": self.check})
                 self.browser.detach()
                 return
             except Exception as e:  # a page that cannot be parked is not kept
@@ -112,26 +112,31 @@ class KeptPage:
             log.debug("closing a kept page: %s", e)
 
 
-def claim(browser, pages: str, page_key: str, digest: str) -> KeptPage | None:
-    """An idle kept page of this configuration holding this artifact, or holding none; else a new one while the
-    browser keeps fewer than MAX_PER_KEY of it (so that the artifacts of one configuration — a model and its
-    quantized variants on one backend — each keep their page, session and compiled shaders between checks); else
-    an idle one holding another model (lost to this one). None when none is idle (the target then opens a page
-    of its own)."""
+def claim(browser, pages: str, page_key: str, digest: str, check: str = "") -> KeptPage | None:
+    """An idle kept page of this configuration: the one holding this artifact, else one holding none, else one
+    holding another check's model (lost to this one: the next model of an audit); else a new one while the
+    browser keeps fewer than MAX_PER_KEY of it, so that the models of one check on one configuration (a model and
+    its quantized variants on one backend) each keep their page, session and compiled shaders for the next run of
+    that check; else one holding another model of this check. None when none is idle (the target then opens a
+    page of its own)."""
     token = secrets.token_urlsafe(9)
     index = pages + "h/index.html"
     kept = [t for t in browser.command("Target.getTargets")["targetInfos"]
             if t.get("type") == "page" and t.get("url", "").startswith(index + "#")]
     mine = [t for t in kept if _fields(t["url"]).get("k") == page_key]
-    free = [t for t in mine if _fields(t["url"]).get("d") in (digest, None)]
-    free.sort(key=lambda t: _fields(t["url"]).get("d") != digest)  # the page holding this artifact first
-    for t in free:
-        page = _try(browser, t, token)
+
+    def rank(t) -> int:
+        f = _fields(t["url"])
+        return 0 if f.get("d") == digest else 1 if "d" not in f else 3 if check and f.get("c") == check else 2
+
+    mine.sort(key=rank)
+    for t in (t for t in mine if rank(t) < 3):
+        page = _try(browser, t, token, check)
         if page is not None:
             return page
     if len(mine) >= MAX_PER_KEY:
-        for t in (t for t in mine if t not in free):
-            page = _try(browser, t, token)
+        for t in (t for t in mine if rank(t) == 3):
+            page = _try(browser, t, token, check)
             if page is not None:
                 return page
         return None
@@ -146,10 +151,10 @@ def claim(browser, pages: str, page_key: str, digest: str) -> KeptPage | None:
         browser.detach()
         browser.command("Target.disposeBrowserContext", {"browserContextId": context})
         raise
-    return KeptPage(browser, browser.target, context, state)
+    return KeptPage(browser, browser.target, context, state, check)
 
 
-def _try(browser, info: dict[str, Any], token: str) -> KeptPage | None:
+def _try(browser, info: dict[str, Any], token: str, check: str = "") -> KeptPage | None:
     """Claim this page if it is idle (and still there)."""
     try:
         browser.attach(info["targetId"])
@@ -158,7 +163,7 @@ def _try(browser, info: dict[str, Any], token: str) -> KeptPage | None:
         log.debug("claiming %s: %s", info.get("targetId"), e)
         state = {"ok": False}
     if state.get("ok"):
-        return KeptPage(browser, info["targetId"], info.get("browserContextId"), state)
+        return KeptPage(browser, info["targetId"], info.get("browserContextId"), state, check)
     browser.detach()
     return None
 

@@ -202,6 +202,7 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
         runtime = load_class(job.target.runtime)(job.target.options)
         runtime.services = dict(job.services)
         runtime.strict_backend = job.strict_backend
+        runtime.check_id = job.check_id
         t0 = time.perf_counter()
         runtime.load(art)
         load_ms = (time.perf_counter() - t0) * 1e3

@@ -77,12 +77,14 @@ function state() {
 }
 
 // Back to the pool, keeping the loaded model (and what the driver learnt of it) for its next claim.
-function park(facts) {
+function park(facts, check) {
   if (current && facts) current.facts = facts;
   owner = null;
-  // the page's address says what it holds, so that a driver finds the page of its model without asking
+  // the page's address says what it holds (and for which check), so that a driver finds the page of its model
+  // without asking
   const k = new URLSearchParams(location.hash.slice(1)).get('k');
-  history.replaceState(null, '', `#k=${k}` + (current && current.digest ? `&d=${current.digest}` : ''));
+  const held = current && current.digest ? `&d=${current.digest}` + (check ? `&c=${encodeURIComponent(check)}` : '') : '';
+  history.replaceState(null, '', `#k=${k}` + held);
   return {ok: true};
 }
 
