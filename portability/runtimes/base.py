@@ -90,6 +90,8 @@ class Runtime(ABC):
         self.strict_backend = False
         #: the check its target belongs to (``Job.check_id``; "" outside one)
         self.check_id = ""
+        #: what one inference took in the correctness batches (ms; set by the worker before ``warm_up``)
+        self.pace_ms = 0.0
         self.check_options(self.options)
 
     @classmethod

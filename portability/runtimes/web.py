@@ -82,6 +82,7 @@ class WebRuntime(Runtime):
         self._browser_endpoint: str | None = None
         self._time_info: dict[str, Any] = {}
         self._prewarm_runs: int | None = None
+        self._prewarm_ms = 0.0  # what one warm-up run took
         #: the artifact's ONNX <-> page tensor mapping (engines that need one) and the ONNX output dtypes
         self._io: dict[str, Any] | None = None
         self._onnx_dtypes: dict[str, str] = {}
@@ -265,19 +266,24 @@ class WebRuntime(Runtime):
         return out
 
     def warm_up(self, feeds: dict[str, np.ndarray], warmup: int) -> None:
+        # the correctness batches ran in this page just before: where one took longer than the time-based warm-up
+        # lasts, they warmed it up (the runs asked for still run)
+        min_ms = 0.0 if self.pace_ms >= self._min_warmup_ms() else self._min_warmup_ms()
         with self._feeds(feeds) as spec:
-            res = self._call("s => harness.warm(s)", {"feeds": spec, "warmup": int(warmup), "minWarmupMs": self._min_warmup_ms()})
+            res = self._call("s => harness.warm(s)", {"feeds": spec, "warmup": int(warmup), "minWarmupMs": min_ms})
         self._prewarm_runs = int(res.get("runs") or 0)
+        self._prewarm_ms = float(res.get("perRunMs") or self.pace_ms or 0.0)
 
     def _min_warmup_ms(self) -> float:
         return REWARM_MS if self._page.get("engine_started_before") else MIN_WARMUP_MS
 
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
-        warm = self._prewarm_runs is not None  # warmed up already: a brief re-warm
+        warm = self._prewarm_runs is not None  # warmed up already: a brief re-warm — none where one run outlasts it
+        rewarm = REWARM_MS if warm and self._prewarm_ms < REWARM_MS else 0.0 if warm else self._min_warmup_ms()
         with self._feeds(feeds) as spec:
             res = self._call("s => harness.time(s)", {"feeds": spec, "warmup": 0 if warm else int(warmup), "runs": int(runs),
-                                                      "minWarmupMs": REWARM_MS if warm else self._min_warmup_ms(), "rewarmed": warm,
-                                                      "minSampleMs": MIN_SAMPLE_MS})
+                                                      "minWarmupMs": rewarm, "rewarmed": warm, "minSampleMs": MIN_SAMPLE_MS,
+                                                      "perRunMs": self._prewarm_ms or None})
         self._time_info = res.get("timing") or {}
         if warm:
             self._time_info = dict(self._time_info, prewarm_runs=self._prewarm_runs)

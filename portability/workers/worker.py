@@ -126,6 +126,7 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
     plan = timing_plan(per_ms, job.warmup, job.runs, budget, min_runs)
     latency.update(plan.record())
     if plan.runs > 0:
+        runtime.pace_ms = per_ms
         runtime.warm_up(_batch(feeds, 0), plan.warmup)
         events.phase(Phase.WAIT)
         sys.stdin.readline()  # the parent's go: nothing else runs now (EOF: no parent gate, go at once)

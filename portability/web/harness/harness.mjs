@@ -143,13 +143,14 @@ async function warmUp(spec) {
 }
 
 // The warm-up alone, before the target's turn to time (while other targets work): time() then only
-// re-warms briefly. Returns the runs done.
+// re-warms briefly. Returns the runs done and what one took.
 async function warm(spec) {
   return guard('time', async () => {
     const feeds = await fetchTensors(spec.feeds);
     prepared = engine.prepare(feeds);
     try {
-      return {runs: (await warmUp(spec)).runs};
+      const {runs, perRunMs} = await warmUp(spec);
+      return {runs, perRunMs: Number.isFinite(perRunMs) ? perRunMs : null};
     } finally {
       engine.release(prepared);
       prepared = null;
@@ -165,9 +166,10 @@ async function time(spec) {
       const {runs: warm, perRunMs} = await warmUp(spec);
       // calibration: enough runs to tell whether one run is shorter than minSampleMs, no more (one run of
       // a slow engine, such as a software GPU adapter, already says: one sample per run). A page warmed up
-      // before (spec.rewarmed) is in its steady state already: the re-warm's own runs tell.
-      let per = perRunMs, calibration = 0;
-      if (!spec.rewarmed || !Number.isFinite(perRunMs)) {
+      // before (spec.rewarmed) is in its steady state already: the re-warm's own runs tell, or (a run that
+      // outlasts the re-warm: none) the warm-up's (spec.perRunMs).
+      let per = Number.isFinite(perRunMs) ? perRunMs : (spec.perRunMs || Infinity), calibration = 0;
+      if (!spec.rewarmed || !Number.isFinite(per)) {
         const c0 = performance.now();
         while (calibration < CALIBRATION_RUNS
                && (calibration < 1 || performance.now() - c0 < CALIBRATION_RUNS * spec.minSampleMs)) {
