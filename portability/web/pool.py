@@ -129,16 +129,12 @@ def claim(browser, pages: str, page_key: str, digest: str, check: str = "") -> K
         f = _fields(t["url"])
         return 0 if f.get("d") == digest else 1 if "d" not in f else 3 if check and f.get("c") == check else 2
 
-    mine.sort(key=rank)
-    for t in (t for t in mine if rank(t) < 3):
+    full = len(mine) >= MAX_PER_KEY  # no new page may be opened: another model of this check is lost too
+    for t in sorted((t for t in mine if full or rank(t) < 3), key=rank):
         page = _try(browser, t, token, check)
         if page is not None:
             return page
-    if len(mine) >= MAX_PER_KEY:
-        for t in (t for t in mine if rank(t) == 3):
-            page = _try(browser, t, token, check)
-            if page is not None:
-                return page
+    if full:
         return None
     if len(kept) >= MAX_PAGES:
         _evict(browser, [t for t in kept if t not in mine])

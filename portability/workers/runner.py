@@ -116,14 +116,14 @@ def prestart(pool: str = "", resident: Path | bool = True, lasting: bool = False
     """The start of a check: the worker pool (of that flavour: ``Runtime.pool``) starts in the background, in a
     worker's environment — the resident session's, leased (``resident``: its socket; True: the user's; False:
     none), else the check's own (``lasting``: kept for more checks, a session's)."""
-    if resident is True:
-        from portability.resident import client
+    if not pool:  # the check's start: where its workers come from (a later flavour's start keeps it)
+        if resident is True:
+            from portability.resident import client
 
-        try:
-            resident = client.socket_path()
-        except (client.Unreachable, OSError):
-            resident = False
-    if not pool:
+            try:
+                resident = client.socket_path()
+            except (client.Unreachable, OSError):
+                resident = False
         worker_pool.use_resident(resident or None, lasting)
     worker_pool.prestart(worker_env(), flavour=pool)
 
