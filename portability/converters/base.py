@@ -63,6 +63,10 @@ class Converter(ABC):
     fixes: ClassVar[tuple[dict[str, Any], ...]] = ()
     #: the raw tool's command line that converts as an alternative does (``{args}``: its ``args`` option)
     fix_command: ClassVar[str | None] = None
+    #: the worker pool a worker that runs this conversion forks from (``Runtime.pool``): ``tensorflow`` for a
+    #: converter that imports TensorFlow, itself or in the Python tool it runs (``converters.forked``); a
+    #: worker whose conversions are all cached forks from its runtime's pool
+    pool: ClassVar[str] = ""
 
     @classmethod
     def shapes_used(cls, ctx: ConvertContext) -> dict[str, list[int]] | None:
@@ -111,15 +115,21 @@ def offline_env(**extra: str) -> dict[str, str]:
 
 def run_tool(cmd: list[str], what: str, timeout_s: float | None, cwd=None, **env: str):
     """Run a converter's command line offline (``offline_env``), in ``cwd`` or a scratch folder, its output
-    captured as text; a run past ``timeout_s`` is a ConvertError naming ``what``."""
+    captured as text; a run past ``timeout_s`` is a ConvertError naming ``what``. A Python command line runs in a
+    fork of this worker where that is the same program with TensorFlow imported already (``converters.forked``)."""
     import subprocess
     import tempfile
 
     from portability.core.errors import ConvertError
 
+    from portability.converters import forked
+
     with tempfile.TemporaryDirectory(prefix="portability-tool-") as scratch:
+        full = offline_env(**env)
         try:
-            return subprocess.run(cmd, cwd=cwd or scratch, env=offline_env(**env), stdout=subprocess.PIPE,
+            if forked.why_not(cmd, full) is None:  # TensorFlow imported here: a fork of this worker runs it
+                return forked.run(cmd, str(cwd or scratch), full, timeout_s)
+            return subprocess.run(cmd, cwd=cwd or scratch, env=full, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise ConvertError(f"{what} did not finish within {timeout_s:.0f} s") from None

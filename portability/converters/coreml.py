@@ -90,6 +90,7 @@ class CoremlFromTorch(Converter):
 class CoremlFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "coreml"
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses = ("coremltools",)
     cost = 2
 

@@ -17,6 +17,7 @@ from portability.core.errors import BadModel, ConvertError
 class SavedModelFromKeras(Converter):
     input_format = "keras"
     output_format = "saved_model"
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses = ("keras",)
     uses_shapes = True
 

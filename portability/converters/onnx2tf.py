@@ -138,6 +138,7 @@ class SavedModelFromOnnx(Converter):
     whose inputs are fixed to them (``meta["input_shapes"]``)."""
 
     output_format = "saved_model"
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses_shapes = True
     uses = ("onnx2tf", "tensorflow")
     fixes = (
@@ -307,6 +308,7 @@ class TfliteFromSavedModel(Converter):
 
     input_format = "saved_model"
     output_format = "tflite"
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     variants = {"quant": ("fp32", "fp16", "dynint8")}
 
     def version(self) -> str:
@@ -326,6 +328,7 @@ class Int8TfliteFromSavedModel(Converter):
 
     input_format = "saved_model"
     output_format = "tflite"
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses_calibration = True
     variants = {"quant": ("int8",)}
 

@@ -44,6 +44,7 @@ def provision(log: Callable[[str], None] = print) -> Path:
 class TfliteFromOnnx2(Converter):
     input_format = "onnx"
     output_format = "tflite"
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     variants = {"quant": ("fp32",)}
     uses_shapes = True
     on_request = True  # a second converter, taken only with --via TfliteFromOnnx2

@@ -59,6 +59,7 @@ class TorchFromTorch(_FileSnapshot):
 class SavedModelFromSavedModel(Converter):
     input_format = output_format = "saved_model"
     snapshot = True
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
 
     def version(self) -> str:
         return f"1+tf{package_version('tensorflow-cpu')}"

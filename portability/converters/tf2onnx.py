@@ -26,6 +26,7 @@ def _failure(log: str, limit: int = 6) -> str:
 class OnnxFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "onnx"
+    pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses = ("tf2onnx",)
 
     def version(self) -> str:

@@ -190,3 +190,33 @@ class Cache:
         except OSError:  # another process won the race: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
         return final, False
+
+
+def convert_context(job, feeds: dict[str, np.ndarray]) -> ConvertContext:
+    """What a job's converters get (``core.protocol.Job``; ``feeds``: its calibration feeds, else its feeds)."""
+    samples = {k: v.reshape((-1,) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
+    return ConvertContext(calibration=samples, calibration_source=job.feeds_source, timeout_s=job.convert_timeout_s,
+                          input_shapes=job.input_shapes or None, signature=job.signature)
+
+
+def conversion_pool(job) -> str:
+    """The worker pool a job's conversions need (``Converter.pool``): that of its first step that is not in the
+    cache and has one, or of any later step (its input is not there yet), else "" (all cached, or no step imports
+    anything heavy). Read-only: it walks the cache's entries as the worker will."""
+    from portability.core.protocol import load_feeds
+    from portability.core.target import load_class
+
+    steps = [(load_class(path)(), options) for path, options in job.target.converters]
+    if not any(conv.pool for conv, _ in steps):
+        return ""
+    cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache)
+    ctx = convert_context(job, load_feeds(Path(job.calibration or job.feeds), job.input_names))
+    art = job.source
+    for i, (conv, options) in enumerate(steps):
+        key = cache_key(art, conv, options, ctx)
+        hit = cache._cached(cache.root / "artifacts" / key[:2] / key) if cache.use else None
+        if hit is None:
+            return next((c.pool for c, _ in steps[i:] if c.pool), "")
+        art = hit
+    return ""
+

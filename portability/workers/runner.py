@@ -21,6 +21,7 @@ from portability.core.status import Status
 from portability.workers import worker_pool
 from portability.core.limits import Limits
 from portability.workers.schedule import NoGate
+from portability.workers.cache import conversion_pool
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,14 @@ def _tree(pid: int):
 
 
 def _rss_mb(procs) -> float:
+    """The memory of a worker's process tree: its resident set, or, where it has children, the sum of their
+    proportional sets (a child forked from the worker, ``converters.forked``, shares its pages: counted once)."""
     import psutil
 
     total = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            total += p.memory_full_info().pss if len(procs) > 1 else p.memory_info().rss
         except psutil.Error:
             pass
     return total / 2**20
@@ -313,6 +316,8 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
     worker had to be killed or died). ``gate`` (``schedule.TimingGate``) decides when it may time."""
     workdir.mkdir(parents=True, exist_ok=True)
     job = job.at(workdir)
+    if not job.pool and not job.target.python:  # a conversion to make that imports TensorFlow: forked after its import
+        job = replace(job, pool=conversion_pool(job))
     job_file = workdir / "job.json"
     job_file.write_text(json.dumps(job.to_dict()))
     log_file = workdir / "worker.log"

@@ -50,13 +50,11 @@ class _Progress:
 
 
 def _convert(job: Job, feeds: dict[str, np.ndarray], events: _Events, p: _Progress, cache):
-    from portability.converters.base import ConvertContext
     from portability.core.artifact import size_info
     from portability.core.target import load_class
+    from portability.workers.cache import convert_context
 
-    samples = {k: v.reshape((-1,) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
-    ctx = ConvertContext(calibration=samples, calibration_source=job.feeds_source, timeout_s=job.convert_timeout_s,
-                         input_shapes=job.input_shapes or None, signature=job.signature)
+    ctx = convert_context(job, feeds)
     art = job.source
     for conv_path, options in job.target.converters:
         conv = load_class(conv_path)()

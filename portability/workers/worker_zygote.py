@@ -21,7 +21,6 @@ changes (looked at every second) and on SIGTERM; stopping kills the process grou
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -33,6 +32,8 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+
+from portability.core.blas import blas_threads, openblas as _openblas  # noqa: F401  (blas_threads: the tests read it here)
 
 #: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``, then
 #: the browser driver every web target's worker imports (the DevTools client, the page server, the kept pages:
@@ -68,34 +69,6 @@ class PoolError(RuntimeError):
 
 
 # -- OpenBLAS's threads -----------------------------------------------------------------------------------
-
-def _openblas():
-    """(get, set) thread count functions of the OpenBLAS this process has loaded (numpy's), or None."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({parts[5].strip() for parts in (ln.split(None, 5) for ln in f)
-                            if len(parts) == 6 and "openblas" in parts[5].lower()})
-    except OSError:
-        return None
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""), ("openblas", "64_"), ("openblas", "")):
-            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-            if get is not None and put is not None:
-                put.argtypes = [ctypes.c_int]
-                return get, put
-    return None
-
-
-def blas_threads() -> int | None:
-    """How many threads numpy's OpenBLAS uses in this process (None: no OpenBLAS loaded)."""
-    fns = _openblas()
-    return int(fns[0]()) if fns else None
-
 
 def _atoi(value: str | None) -> int:
     m = re.match(r"\s*([+-]?\d+)", value or "")
