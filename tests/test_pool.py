@@ -96,6 +96,80 @@ def test_a_tensorflow_worker_forks_from_the_zygote_that_imported_it(tmp_path, po
     assert _run(tmp_path, _job(tmp_path), "plain2").details["echo"]["ppid"] == pool.pid()  # TF_* is no concern there
 
 
+def test_a_conversion_that_imports_tensorflow_forks_from_its_pool_and_runs_its_tool_in_a_fork(tmp_path, pool):
+    """A job whose conversion is not cached and imports TensorFlow (``Converter.pool``) forks from the TensorFlow
+    zygote, and the Python tool the converter runs (``run_tool``, as onnx2tf's) runs in a fork of that worker,
+    TensorFlow imported; once the conversion is cached, the same job forks from the plain zygote."""
+    from dataclasses import replace
+
+    from portability.targets.base import Target
+
+    pool.use_resident(None, lasting=True)
+    target = Target(id="test/echo", runtime=ECHO, converters=(("doubles:CopyTf", {}),))
+    job = replace(_job(tmp_path), target=target, use_cache=True, cache_dir=str(tmp_path / "cache"))
+    first = _run(tmp_path, job, "first")
+    assert first.status == "ok", first.error
+    echo, meta = first.details["echo"], first.details["artifact_meta"]
+    assert echo["ppid"] == pool.pid("tensorflow") != pool.pid() and echo["tensorflow"] is True
+    tool = meta["tool"]
+    assert tool["tensorflow"] is True and tool["ppid"] == meta["worker"]  # a fork of the worker, not a fresh interpreter
+    assert tool["argv"][0] == "-c" and tool["argv"][2].endswith("model.onnx") and tool["cwd"] != echo["cwd"]
+    assert first.conversions[0].cached is False
+    second = _run(tmp_path, job, "second")
+    assert second.status == "ok" and second.conversions[0].cached is True
+    assert second.details["echo"]["ppid"] == pool.pid() and second.details["echo"]["tensorflow"] is False
+
+
+_FORKED = """
+import json, os, subprocess, sys, time
+import tensorflow as tf
+from portability.converters.base import run_tool
+from portability.converters import forked
+seen = 'import json, os, sys; print(json.dumps(["tensorflow" in sys.modules, os.getppid(), sys.argv, os.getcwd()]))'
+out = {}
+p = run_tool([sys.executable, "-c", seen + "; sys.exit(3)", "a b"], "seen", 30, cwd=sys.argv[1])
+out["forked"] = [p.returncode, json.loads(p.stdout), os.getpid()]
+p = run_tool([sys.executable, "-m", "tool_module", "x"], "module", 30, PYTHONPATH=sys.argv[2])
+out["module"] = [p.returncode, p.stdout]
+p = run_tool([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); raise ValueError('bad')"], "raise", 30)
+out["raised"] = [p.returncode, p.stdout]
+p = run_tool([sys.executable, "-c", seen], "oneDNN", 30, TF_ENABLE_ONEDNN_OPTS="0")
+out["onednn"] = json.loads(p.stdout)[0]
+t0 = time.monotonic()
+try:
+    run_tool([sys.executable, "-c", "import subprocess; subprocess.run(['sleep', '60'])"], "the sleeper", 2)
+except Exception as e:
+    out["timeout"] = [str(e), time.monotonic() - t0]
+time.sleep(0.5)
+out["sleeping"] = subprocess.run(["pgrep", "-x", "-P", str(os.getpid()), "sleep"], capture_output=True).stdout.decode()
+tf.constant(1.0) + 1  # TensorFlow's runtime started: its thread pools
+out["started"] = [forked.why_not([sys.executable, "-c", seen], dict(os.environ)), json.loads(run_tool([sys.executable, "-c", seen], "seen", 30).stdout)[0]]
+print(json.dumps(out))
+"""
+
+
+def test_a_python_tool_runs_in_a_fork_where_tensorflow_is_imported_and_fresh_where_it_would_differ(tmp_path):
+    """``run_tool`` in a process that imported TensorFlow: a fork of it is the tool (its exit status, output, argv,
+    folder, a PYTHONPATH module); past its time limit its process group is killed; a command that changes what
+    TensorFlow read at its import (``TF_ENABLE_ONEDNN_OPTS``), or a process whose TensorFlow runtime started, gets
+    a fresh interpreter."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "tool_module.py").write_text("import sys\nprint('module', __name__, sys.argv)\n")
+    p = subprocess.run([sys.executable, "-c", _FORKED, str(tmp_path), str(tmp_path / "site")], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    rc, (tf_seen, ppid, argv, cwd), me = out["forked"]
+    assert rc == 3 and tf_seen is True and ppid == me and argv == ["-c", "a b"] and cwd == str(tmp_path)
+    assert out["module"] == [0, f"module __main__ [{str(tmp_path / 'site' / 'tool_module.py')!r}, 'x']\n"]  # as -m sets it
+    rc, text = out["raised"]
+    assert rc == 1 and "out\nerr\n" in text and text.rstrip().endswith("ValueError: bad")
+    assert out["onednn"] is False  # a fresh interpreter
+    why, seconds = out["timeout"]
+    assert "the sleeper did not finish within 2 s" in why and seconds < 10 and out["sleeping"] == ""
+    assert out["started"][0] is not None and out["started"][1] is False  # its threads: a fresh interpreter
+
+
 def test_an_aborting_worker_is_crashed_with_sigabrt(tmp_path, pool):
     wr = _run(tmp_path, _job(tmp_path, "doubles:Abort"))
     assert pool.pid() is not None
