@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -168,6 +169,26 @@ def test_a_python_tool_runs_in_a_fork_where_tensorflow_is_imported_and_fresh_whe
     why, seconds = out["timeout"]
     assert "the sleeper did not finish within 2 s" in why and seconds < 10 and out["sleeping"] == ""
     assert out["started"][0] is not None and out["started"][1] is False  # its threads: a fresh interpreter
+
+
+def test_a_module_runs_forked_from_the_pool_as_python_m_would_run_it(tmp_path, pool):
+    """``runner.run_module`` (a source's reader): the module's main in a child of the zygote of the flavour asked
+    for (TensorFlow's: imported already), in the folder given, its output, stderr and exit status as
+    ``subprocess.run`` gives them; past its time limit it is killed."""
+    from portability.workers.runner import run_module
+
+    pool.use_resident(None, lasting=True)
+    p = run_module(["echo_main", "7"], dict(os.environ), tmp_path, "tensorflow", 60)
+    said = json.loads(p.stdout)
+    assert p.returncode == 7 and p.stderr.strip().endswith("said on stderr")
+    assert said["ppid"] == pool.pid("tensorflow") and said["tensorflow"] is True
+    assert said["argv"] == ["7"] and said["cwd"] == str(tmp_path)
+    plain = json.loads(run_module(["echo_main", "0"], dict(os.environ), tmp_path, "", 60).stdout)
+    assert plain["ppid"] == pool.pid() and plain["tensorflow"] is False
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_module(["echo_main", "sleep"], dict(os.environ), tmp_path, "", 2)
+    time.sleep(0.5)  # the zygote reaps it
+    assert not [c for c in psutil.Process(pool.pid()).children() if c.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_an_aborting_worker_is_crashed_with_sigabrt(tmp_path, pool):

@@ -298,7 +298,8 @@ def private_env(env: dict[str, str], tmp: Path) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    """``python -m portability.core.sandbox SPEC_JSON PROGRAM ARGS...``: confine, then become PROGRAM."""
+    """``python -m portability.core.sandbox SPEC_JSON PROGRAM ARGS...``: confine, then become PROGRAM (a module of
+    this interpreter, ``python -m MODULE``, runs in this process: a fork of the worker pool, its imports made)."""
     sb = Sandbox.from_dict(json.loads(argv[0]))
     try:
         why = enter(sb)
@@ -307,6 +308,12 @@ def main(argv: list[str]) -> None:
         os._exit(70)
     if why:
         print(f"not sandboxed: {why}", file=sys.stderr)
+    if len(argv) > 3 and argv[1] == sys.executable and argv[2] == "-m":  # this interpreter's module: run here
+        import runpy
+
+        sys.argv = argv[3:]
+        runpy.run_module(argv[3], run_name="__main__", alter_sys=True)
+        return
     os.execvp(argv[1], argv[1:])
 
 

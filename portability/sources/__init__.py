@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from importlib import import_module
 from pathlib import Path
+from typing import Any, Callable
 
 from portability.core.errors import BadModel
 
@@ -140,10 +142,23 @@ def load_source_isolated(path: str | os.PathLike, timeout_s: float = 600, sandbo
         from portability.core import mxnet_env
 
         argv, reads = argv[:3] + ["--shapes", json.dumps(list(shapes or []))], (str(mxnet_env.venv_dir()),)
-    return _child(argv + [str(Path(path).absolute())], Path(path), timeout_s, sandbox, what, reads)
+    pool = getattr(import_module(SOURCES[kind]), "POOL", "") if kind in SOURCES else ""
+    return _child(argv + [str(Path(path).absolute())], Path(path), timeout_s, sandbox, what, reads, pool)
 
 
-def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: str, reads: tuple[str, ...] = ()):
+#: a source's reader run by the check's worker pool (``workers.runner.prestart`` sets it, ``runner.run_module``):
+#: (module argv, env, folder, the pool's flavour, timeout) -> its ``CompletedProcess``, or None where it cannot
+_pool_run: Callable[..., Any] | None = None
+
+
+def use_pool(run: Callable[..., Any] | None) -> None:
+    """Readers run by ``run`` from now on, where it can (None: as fresh interpreters)."""
+    global _pool_run
+    _pool_run = run
+
+
+def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: str, reads: tuple[str, ...] = (),
+           pool: str = ""):
     import json
     import shutil
     import signal
@@ -158,8 +173,13 @@ def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: st
     sb = sbx.Sandbox(mode=sandbox or sbx.default_mode(), read=(str(model_folder(path)), *reads), write=(str(tmp),))
     env = sbx.private_env(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1"), tmp)
     try:
-        p = subprocess.run(sbx.command(sb, [sys.executable] + argv), capture_output=True, text=True,
-                           timeout=timeout_s, stdin=subprocess.DEVNULL, env=env, cwd=tmp)
+        p = None
+        if _pool_run is not None and argv[0] == "-m":  # forked from the pool (of ``pool``: TensorFlow imported)
+            p = _pool_run(sbx.command(sb, [sys.executable] + argv)[2:] if sb.mode != "off" else argv[1:], env, tmp,
+                          pool, timeout_s)
+        if p is None:
+            p = subprocess.run(sbx.command(sb, [sys.executable] + argv), capture_output=True, text=True,
+                               timeout=timeout_s, stdin=subprocess.DEVNULL, env=env, cwd=tmp)
     except subprocess.TimeoutExpired:
         raise BadModel(f"{what} {path} took longer than {timeout_s:g} s: refused") from None
     finally:

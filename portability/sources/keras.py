@@ -17,6 +17,8 @@ from portability.core.errors import BadModel
 from portability.core.model import ModelInfo
 from portability.sources.common import allowlists_on, digest, quiet_tf, spec, version
 
+#: its reader forks from the worker pool that imported TensorFlow (``sources._child``)
+POOL = "tensorflow"
 FORMAT = "keras"
 REFERENCE = "server/keras"
 #: the framework its gradient adapter (``Gradients``) needs

@@ -16,6 +16,8 @@ from portability.core.model import ModelInfo
 from portability.sources import tf_vet
 from portability.sources.common import allowlists_on, digest, folder_files, quiet_tf, spec, version
 
+#: its reader forks from the worker pool that imported TensorFlow (``sources._child``)
+POOL = "tensorflow"
 FORMAT = "saved_model"
 REFERENCE = "server/tf"
 

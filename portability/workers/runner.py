@@ -120,6 +120,9 @@ def prestart(pool: str = "", resident: Path | bool = True, lasting: bool = False
     worker's environment — the resident session's, leased (``resident``: its socket; True: the user's; False:
     none), else the check's own (``lasting``: kept for more checks, a session's)."""
     if not pool:  # the check's start: where its workers come from (a later flavour's start keeps it)
+        from portability import sources
+
+        sources.use_pool(run_module)  # the source's reader too
         if resident is True:
             from portability.resident import client
 
@@ -141,6 +144,13 @@ def worker_env() -> dict[str, str]:
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
+
+
+def run_module(argv: list[str], env: dict[str, str], cwd: Path, flavour: str, timeout_s: float):
+    """A module's command line in a child of the worker pool (``worker_pool.run_module``), in ``env`` with a
+    worker's interpreter path and portability (the pool's start-up environment); None where the pool cannot."""
+    base = worker_env()
+    return worker_pool.run_module(argv, dict(env, PATH=base["PATH"], PYTHONPATH=base["PYTHONPATH"]), cwd, flavour, timeout_s)
 
 
 def _spawn(job_file: Path, log_file: Path) -> subprocess.Popen | worker_pool.PooledProcess:

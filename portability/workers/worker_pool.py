@@ -166,16 +166,18 @@ def prestart(env: dict[str, str], label: str = "", flavour: str = "") -> threadi
     return t
 
 
-def spawn(job_file: Path, log_file: Path, env: dict[str, str], flavour: str = "") -> PooledProcess | None:
+def spawn(job_file: Path, log_file: Path, env: dict[str, str], flavour: str = "",
+          argv: list[str] | None = None) -> PooledProcess | None:
     """The job's worker forked from the zygote of ``flavour`` (started on first use), or None: start it as a fresh
-    interpreter (the pool is off, could not start, stopped, or the job's environment needs one)."""
+    interpreter (the pool is off, could not start, stopped, or the job's environment needs one). ``argv``: a
+    module's command line the child runs instead (``run_module``)."""
     if not enabled():
         return None
     with _starting[flavour]:
         remote = _attached(env, flavour)
     if remote is not None:
         try:
-            proc = remote.spawn(Path(job_file), Path(log_file), env)
+            proc = remote.spawn(Path(job_file), Path(log_file), env, argv)
         except PoolError as e:
             with _lock:
                 if _remote.get(flavour) is remote:
@@ -194,7 +196,7 @@ def spawn(job_file: Path, log_file: Path, env: dict[str, str], flavour: str = ""
     if z is None:
         return None
     try:
-        return z.spawn(Path(job_file), Path(log_file), env)
+        return z.spawn(Path(job_file), Path(log_file), env, argv)
     except PoolError as e:
         with _lock:
             if _zygotes.get(flavour) is z:
@@ -240,3 +242,44 @@ def shutdown() -> None:
             client.warm(unserved, path)
         except client.Unreachable as e:
             log.debug("the resident session's worker pools were not warmed: %s", e)
+
+
+def run_module(argv: list[str], env: dict[str, str], cwd: Path, flavour: str, timeout_s: float):
+    """``python -m MODULE ARGS`` (``argv`` = ``[MODULE, ARGS...]``) run in a child forked from the zygote of
+    ``flavour``, in ``cwd`` with ``env`` (a worker's: ``runner.run_module``), as ``subprocess.run(capture_output=True,
+    text=True)`` would give it (its stderr kept in
+    a file in ``cwd``); past ``timeout_s`` its process group is killed and ``subprocess.TimeoutExpired`` raised.
+    None where the pool cannot serve it: run it as a fresh interpreter. A source's reader (``sources``) runs so:
+    forked after TensorFlow's import, a SavedModel's or a Keras file's reading does not import it again."""
+    import selectors
+    import signal
+    import subprocess
+
+    log_file = cwd / "child.log"
+    proc = spawn(cwd / "child", log_file, env, flavour, argv)
+    if proc is None:
+        return None
+    proc.stdin.close()
+    out, deadline = bytearray(), time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if not (sel.select(left) if left > 0 else []):
+                if time.monotonic() < deadline:
+                    continue
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.stdout.close()
+                raise subprocess.TimeoutExpired([*argv], timeout_s)
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            out += chunk
+    proc.stdout.close()
+    rc = proc.wait(max(1.0, deadline - time.monotonic()))
+    err = log_file.read_text(errors="replace") if log_file.is_file() else ""
+    return subprocess.CompletedProcess([*argv], rc, out.decode(errors="replace"), err)
+

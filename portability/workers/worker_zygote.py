@@ -54,6 +54,8 @@ FLAVOURS = ("", TENSORFLOW)
 #: TensorFlow reads these when it is imported (oneDNN's switch, its log level...): a job of the TensorFlow
 #: zygote that changes one needs a fresh interpreter
 TENSORFLOW_PREFIXES = ("TF_",)
+#: ...except its logging's (what it prints, not what it computes)
+TENSORFLOW_LOG_VARS = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")
 #: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
 #: encodings, the dynamic loader, malloc, numpy, OpenBLAS): a job that changes one needs a fresh interpreter
 STARTUP_PREFIXES = ("PYTHON", "LD_", "OPENBLAS_", "GOTO_", "OMP_", "MKL_", "NPY_", "NUMPY_", "MALLOC_", "GLIBC_", "LC_")
@@ -92,7 +94,7 @@ def startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
     """The part of ``env`` a worker forked from the zygote of ``flavour`` cannot change."""
     prefixes = STARTUP_PREFIXES + (TENSORFLOW_PREFIXES if flavour == TENSORFLOW else ())
     return {k: v for k, v in env.items()
-            if (k.startswith(prefixes) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS}
+            if (k.startswith(prefixes) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS + TENSORFLOW_LOG_VARS}
 
 
 # -- the zygote -------------------------------------------------------------------------------------------
@@ -147,6 +149,8 @@ class _Request:
     env: dict[str, str]
     fds: tuple[int, int, int]  # stdin, stdout, stderr as received
     close: list = field(default_factory=list)  # the zygote's sockets and descriptors: not the worker's
+    #: a module's command line (``[MODULE, ARGS...]``) the child runs as ``python -m`` would, instead of a job
+    argv: list[str] | None = None
 
 
 class _Server:
@@ -210,7 +214,8 @@ class _Server:
             if flags & socket.MSG_TRUNC:
                 raise PoolError("request too large")
             d = json.loads(msg)
-            req = _Request(job=d["job"], cwd=d["cwd"], env=dict(d["env"]), fds=(fds[1], fds[2], fds[3]))
+            req = _Request(job=d["job"], cwd=d["cwd"], env=dict(d["env"]), fds=(fds[1], fds[2], fds[3]),
+                           argv=[str(a) for a in d["argv"]] if d.get("argv") else None)
             if threading.active_count() != 1 or _threads() != 1:
                 raise PoolError(f"the pool has {_threads()} threads: it forks only with one")
             for f in (sys.stdout, sys.stderr):
@@ -319,6 +324,24 @@ def _become_worker(req: _Request, start_cwd: str) -> int:
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()  # the legacy global generator, seeded in the zygote (random reseeds itself)
     _atexit._clear()  # the zygote's exit handlers are not the worker's
+    if req.argv:  # a module's main, as ``python -m MODULE ARGS`` runs it (a source's reader), without an
+        import runpy  # interpreter's teardown (TensorFlow's, in a fork, can crash it)
+
+        sys.argv, code = list(req.argv), 0
+        try:
+            runpy.run_module(req.argv[0], run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code or 0 if isinstance(e.code, (int, type(None))) else 1
+            if code == 1 and not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+        except BaseException:  # noqa: BLE001 — as the interpreter would: its traceback, exit status 1
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     from portability.workers import worker
 
     return worker.main([req.job])

@@ -170,8 +170,9 @@ class Zygote:
             return ""
         return (": " + " | ".join(tail)) if tail else ""
 
-    def spawn(self, job_file: Path, log_file: Path, env: dict[str, str]) -> PooledProcess | None:
-        """The job's worker, forked; None when its environment needs a fresh interpreter."""
+    def spawn(self, job_file: Path, log_file: Path, env: dict[str, str], argv: list[str] | None = None) -> PooledProcess | None:
+        """The job's worker, forked; None when its environment needs a fresh interpreter. ``argv`` (``[MODULE,
+        ARGS...]``): the child runs that module as ``python -m`` would instead, in ``job_file``'s folder."""
         if startup_env(env, self.flavour) != self.startup:
             return None
         errf = open(log_file, "wb")  # as with Popen: a log that cannot be written is the caller's error
@@ -179,7 +180,7 @@ class Zygote:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
-            msg = json.dumps({"job": str(job_file), "cwd": str(job_file.parent), "env": env}).encode()
+            msg = json.dumps({"job": str(job_file), "cwd": str(job_file.parent), "env": env, "argv": argv}).encode()
             with self.lock:
                 if self.closed:
                     raise PoolError("stopped")
@@ -213,7 +214,7 @@ class Zygote:
             ours.close()
             raise PoolError(d.get("error") or "no answer")
         return PooledProcess(int(d["pid"]), ours, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"),
-                             [sys.executable, "-m", "portability.workers.worker", str(job_file)], rest, self.owner)
+                             [sys.executable, "-m", *(argv or ["portability.workers.worker", str(job_file)])], rest, self.owner)
 
     def close(self, wait_s: float = 15) -> None:
         """Stops the zygote (and any worker it still has) and waits for it; killed after ``wait_s``."""
