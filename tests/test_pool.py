@@ -106,7 +106,7 @@ def test_a_conversion_that_imports_tensorflow_forks_from_its_pool_and_runs_its_t
     from portability.targets.base import Target
 
     pool.use_resident(None, lasting=True)
-    target = Target(id="test/echo", runtime=ECHO, converters=(("doubles:CopyTf", {}),))
+    target = Target(id="test/echo", runtime=ECHO, converters=(("converter_doubles:CopyTf", {}),))
     job = replace(_job(tmp_path), target=target, use_cache=True, cache_dir=str(tmp_path / "cache"))
     first = _run(tmp_path, job, "first")
     assert first.status == "ok", first.error
@@ -138,11 +138,10 @@ p = run_tool([sys.executable, "-c", seen], "oneDNN", 30, TF_ENABLE_ONEDNN_OPTS="
 out["onednn"] = json.loads(p.stdout)[0]
 t0 = time.monotonic()
 try:
-    run_tool([sys.executable, "-c", "import subprocess; subprocess.run(['sleep', '60'])"], "the sleeper", 2)
+    run_tool([sys.executable, "-c", "import subprocess; subprocess.run(['sleep', '61.2345'])"], "the sleeper", 2)
 except Exception as e:
     out["timeout"] = [str(e), time.monotonic() - t0]
-time.sleep(0.5)
-out["sleeping"] = subprocess.run(["pgrep", "-x", "-P", str(os.getpid()), "sleep"], capture_output=True).stdout.decode()
+out["sleeping"] = subprocess.run(["pgrep", "-f", "^sleep 61.2345$"], capture_output=True, text=True).stdout
 tf.constant(1.0) + 1  # TensorFlow's runtime started: its thread pools
 out["started"] = [forked.why_not([sys.executable, "-c", seen], dict(os.environ)), json.loads(run_tool([sys.executable, "-c", seen], "seen", 30).stdout)[0]]
 print(json.dumps(out))

@@ -3,8 +3,8 @@
 onnx2tf, tf2onnx and onnx2tf 2.x are Python programs that import TensorFlow first (2.5-3.5 s each time). A
 worker forked from the TensorFlow worker pool (``Converter.pool``) has imported it already: ``run_tool`` then
 runs such a command line (``python -m MODULE ARGS`` or ``python -c CODE ARGS``) in a forked child of the worker
-instead of a fresh interpreter. The child is what the fresh interpreter would be: its own process group, the
-command's folder and environment, ``sys.argv``, the module run as ``__main__``, stdout and stderr captured
+instead of a fresh interpreter. The child is what the fresh interpreter would be: in the worker's process group
+(stopped with it), the command's folder and environment, ``sys.argv``, the module run as ``__main__``, stdout and stderr captured
 together, the exit status of ``sys.exit``; it inherits the worker's OS sandbox, as a subprocess does.
 
 Only where that is the same program: the worker has no thread but its main one and OpenBLAS's (a fork copies
@@ -90,7 +90,6 @@ def _child(cmd: list[str], cwd: str, env: dict[str, str], write_fd: int, read_fd
         import runpy
         import traceback
 
-        os.setpgid(0, 0)
         os.close(read_fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -133,7 +132,7 @@ def _child(cmd: list[str], cwd: str, env: dict[str, str], write_fd: int, read_fd
 
 def run(cmd: list[str], cwd: str, env: dict[str, str], timeout_s: float | None) -> subprocess.CompletedProcess:
     """``cmd`` run in a forked child (``why_not`` said it can): its output (stdout and stderr together) and exit
-    status, as ``subprocess.run`` gives them. Past ``timeout_s`` its process group is killed and
+    status, as ``subprocess.run`` gives them. Past ``timeout_s`` it is killed with what it started and
     ``subprocess.TimeoutExpired`` raised."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -142,10 +141,6 @@ def run(cmd: list[str], cwd: str, env: dict[str, str], timeout_s: float | None) 
     if pid == 0:
         _child(cmd, cwd, env, write_fd, read_fd)
     os.close(write_fd)
-    try:
-        os.setpgid(pid, pid)  # as the child does: whichever runs first
-    except OSError:
-        pass
     out = bytearray()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with selectors.DefaultSelector() as sel, os.fdopen(read_fd, "rb", buffering=0) as pipe:
@@ -165,10 +160,19 @@ def run(cmd: list[str], cwd: str, env: dict[str, str], timeout_s: float | None) 
 
 
 def _kill(pid: int) -> None:
+    """The tool and what it started (the worker's process group holds them: a worker stopped takes them too)."""
+    import psutil
+
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        procs = []
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:

@@ -1,0 +1,30 @@
+"""Converters for the worker pool's tests, apart from ``doubles`` (importing this registers no target)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from portability.converters.base import Converter
+
+
+class CopyTf(Converter):
+    """A copy of the ONNX model made by a Python tool run as onnx2tf's is (``run_tool``), by a converter that imports
+    TensorFlow (``pool``): the tool says how it started (whether TensorFlow was imported, its parent, its folder)."""
+
+    input_format = output_format = "onnx"
+    pool = "tensorflow"
+    TOOL = ("import json, os, shutil, sys; shutil.copyfile(sys.argv[1], sys.argv[2]); print(json.dumps("
+            "{'tensorflow': 'tensorflow' in sys.modules, 'ppid': os.getppid(), 'cwd': os.getcwd(), 'argv': sys.argv}))")
+
+    def version(self) -> str:
+        return "1"
+
+    def convert(self, src, out_dir, options, ctx):
+        import json
+
+        from portability.converters.base import run_tool
+        from portability.core.artifact import Artifact
+
+        p = run_tool([sys.executable, "-c", self.TOOL, str(src.path), str(out_dir / "model.onnx")], "the copying tool", ctx.timeout_s)
+        return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="",
+                        meta={**src.meta, "tool": json.loads(p.stdout.splitlines()[-1]), "worker": os.getpid()})
