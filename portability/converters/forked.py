@@ -16,11 +16,12 @@ imported already. Otherwise ``run_tool`` starts the interpreter as before.
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import subprocess
 import sys
 import time
+
+from portability.core.pipes import read_to_end
 
 #: read by TensorFlow's logging only: a different value changes what it prints, not what it computes
 _COSMETIC = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")
@@ -141,20 +142,13 @@ def run(cmd: list[str], cwd: str, env: dict[str, str], timeout_s: float | None) 
     if pid == 0:
         _child(cmd, cwd, env, write_fd, read_fd)
     os.close(write_fd)
-    out = bytearray()
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as sel, os.fdopen(read_fd, "rb", buffering=0) as pipe:
-        sel.register(pipe, selectors.EVENT_READ)
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                _kill(pid)
-                raise subprocess.TimeoutExpired(cmd, timeout_s, output=bytes(out))
-            if sel.select(left):
-                chunk = pipe.read(65536)
-                if not chunk:
-                    break
-                out += chunk
+    try:
+        out, late = read_to_end(read_fd, None if timeout_s is None else time.monotonic() + timeout_s)
+    finally:
+        os.close(read_fd)
+    if late:
+        _kill(pid)
+        raise subprocess.TimeoutExpired(cmd, timeout_s, output=out)
     _, status = os.waitpid(pid, 0)
     return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(status), out.decode(errors="replace"), None)
 

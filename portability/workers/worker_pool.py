@@ -247,39 +247,32 @@ def shutdown() -> None:
 def run_module(argv: list[str], env: dict[str, str], cwd: Path, flavour: str, timeout_s: float):
     """``python -m MODULE ARGS`` (``argv`` = ``[MODULE, ARGS...]``) run in a child forked from the zygote of
     ``flavour``, in ``cwd`` with ``env`` (a worker's: ``runner.run_module``), as ``subprocess.run(capture_output=True,
-    text=True)`` would give it (its stderr kept in
-    a file in ``cwd``); past ``timeout_s`` its process group is killed and ``subprocess.TimeoutExpired`` raised.
-    None where the pool cannot serve it: run it as a fresh interpreter. A source's reader (``sources``) runs so:
-    forked after TensorFlow's import, a SavedModel's or a Keras file's reading does not import it again."""
-    import selectors
+    text=True)`` gives it (its stderr kept in a file in ``cwd``); past ``timeout_s`` its process group is killed and
+    ``subprocess.TimeoutExpired`` raised. None where the pool cannot serve it: run it as a fresh interpreter. A
+    source's reader (``sources``) runs so: forked after TensorFlow's import, a SavedModel's or a Keras file's reading
+    does not import it again."""
     import signal
     import subprocess
+
+    from portability.core.pipes import read_to_end
 
     log_file = cwd / "child.log"
     proc = spawn(cwd / "child", log_file, env, flavour, argv)
     if proc is None:
         return None
     proc.stdin.close()
-    out, deadline = bytearray(), time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.monotonic()
-            if not (sel.select(left) if left > 0 else []):
-                if time.monotonic() < deadline:
-                    continue
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                proc.stdout.close()
-                raise subprocess.TimeoutExpired([*argv], timeout_s)
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            out += chunk
-    proc.stdout.close()
-    rc = proc.wait(max(1.0, deadline - time.monotonic()))
+    deadline = time.monotonic() + timeout_s
+    try:
+        with proc.stdout:
+            out, late = read_to_end(proc.stdout.fileno(), deadline)
+        if late:
+            raise subprocess.TimeoutExpired([*argv], timeout_s)
+        rc = proc.wait(max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        raise
     err = log_file.read_text(errors="replace") if log_file.is_file() else ""
     return subprocess.CompletedProcess([*argv], rc, out.decode(errors="replace"), err)
-
