@@ -327,7 +327,10 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
     workdir.mkdir(parents=True, exist_ok=True)
     job = job.at(workdir)
     if not job.pool and not job.target.python:  # a conversion to make that imports TensorFlow: forked after its import
-        job = replace(job, pool=conversion_pool(job))
+        try:
+            job = replace(job, pool=conversion_pool(job))
+        except Exception as e:  # noqa: BLE001 — the worker meets what is wrong (a converter, the feeds) and says so
+            log.debug("%s: no pool from its conversions (%s)", job.target.id, e)
     job_file = workdir / "job.json"
     job_file.write_text(json.dumps(job.to_dict()))
     log_file = workdir / "worker.log"
