@@ -317,6 +317,14 @@ def main(argv: list[str]) -> None:
     os.execvp(argv[1], argv[1:])
 
 
+def module_argv(sb: Sandbox, module_args: list[str]) -> list[str]:
+    """``python -m MODULE ARGS`` (``module_args`` = ``[MODULE, ARGS...]``) under ``sb``, as a module's command line
+    for a runner of modules (a fork of the worker pool): this launcher's, confining before the module runs."""
+    if sb.mode == "off":
+        return list(module_args)
+    return ["portability.core.sandbox", json.dumps(sb.to_dict()), sys.executable, "-m", *module_args]
+
+
 def command(sb: Sandbox, argv: list[str]) -> list[str]:
     """``argv`` run under ``sb`` (through this module's launcher); ``argv`` itself when ``sb`` is off."""
     if sb.mode == "off":

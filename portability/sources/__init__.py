@@ -175,8 +175,7 @@ def _child(argv: list[str], path: Path, timeout_s: float, sandbox: str, what: st
     try:
         p = None
         if _pool_run is not None and argv[0] == "-m":  # forked from the pool (of ``pool``: TensorFlow imported)
-            p = _pool_run(sbx.command(sb, [sys.executable] + argv)[2:] if sb.mode != "off" else argv[1:], env, tmp,
-                          pool, timeout_s)
+            p = _pool_run(sbx.module_argv(sb, argv[1:]), env, tmp, pool, timeout_s)
         if p is None:
             p = subprocess.run(sbx.command(sb, [sys.executable] + argv), capture_output=True, text=True,
                                timeout=timeout_s, stdin=subprocess.DEVNULL, env=env, cwd=tmp)

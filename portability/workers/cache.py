@@ -9,6 +9,7 @@ never leaves a half entry behind.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -203,14 +204,13 @@ def conversion_pool(job) -> str:
     """The worker pool a job's conversions need (``Converter.pool``): that of its first step that is not in the
     cache and has one, or of any later step (its input is not there yet), else "" (all cached, or no step imports
     anything heavy). Read-only: it walks the cache's entries as the worker will."""
-    from portability.core.protocol import load_feeds
     from portability.core.target import load_class
 
     steps = [(load_class(path)(), options) for path, options in job.target.converters]
     if not any(conv.pool for conv, _ in steps):
         return ""
     cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache)
-    ctx = convert_context(job, load_feeds(Path(job.calibration or job.feeds), job.input_names))
+    ctx = convert_context(job, _feeds(job.calibration or job.feeds, tuple(job.input_names)))
     art = job.source
     for i, (conv, options) in enumerate(steps):
         key = cache_key(art, conv, options, ctx)
@@ -219,4 +219,12 @@ def conversion_pool(job) -> str:
             return next((c.pool for c, _ in steps[i:] if c.pool), "")
         art = hit
     return ""
+
+
+@functools.lru_cache(maxsize=4)
+def _feeds(path: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """A check's feeds, read once for all its targets' ``conversion_pool`` (a check writes them once)."""
+    from portability.core.protocol import load_feeds
+
+    return load_feeds(Path(path), names)
 
