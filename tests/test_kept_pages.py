@@ -73,6 +73,41 @@ def test_a_kept_page_serves_the_next_target_and_keeps_its_session_for_the_same_m
     assert d4["page"]["uses"] == 1 and not d4["page"]["engine_started_before"]
 
 
+def test_a_model_the_device_cannot_run_leaves_the_kept_session_as_it_was(tmp_path):
+    """A float16 model on a WebGPU adapter without float16 shaders is refused before any session is made: the
+    kept page it claimed still holds the model it held (and that model's facts) for that model's next target."""
+    from dataclasses import replace
+
+    from portability.core.errors import Unavailable
+    from portability.web.service import KeepingChromium
+
+    model = conv_net(tmp_path / "m" / "model.onnx")
+    x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    c = KeepingChromium(webgpu=True)
+    try:
+        def runtime():
+            rt = _runtime(c.endpoint, ep="webgpu")
+            rt.services = {"browser-webgpu": c.endpoint}
+            return rt
+
+        _, _, d1, _ = _once(runtime(), _artifact(model), x)
+        assert d1["page"]["session_reused"] is False
+        half = replace(_artifact(conv_net(tmp_path / "h" / "model.onnx", seed=3)), meta={"quantization": "float16 weights"})
+        rt = runtime()
+        try:
+            rt.load(half)
+            pytest.skip("this WebGPU adapter has float16 shaders: the float16 model loads")
+        except Unavailable as e:
+            assert "shader-f16" in str(e)
+        finally:
+            rt.close()
+        _, _, d3, t3 = _once(runtime(), _artifact(model), x)
+        assert d3["page"] == {"kept": True, "engine_started_before": True, "uses": 3, "session_reused": True}
+        assert "session" not in t3 and d3["node_placement"] == d1["node_placement"]
+    finally:
+        c.stop()
+
+
 def test_the_models_of_one_check_keep_a_page_each_for_its_next_run(tmp_path, browser):
     """Two models of one check on one page configuration (a model and its quantized variant on one backend): the
     second opens a page of its own rather than take the first one's, so that the next run of the check finds

@@ -91,6 +91,7 @@ class WebRuntime(Runtime):
         self._kept = None
         self._reused: dict[str, Any] | None = None
         self._healthy = True
+        self._holds = False  # the kept page's session is this target's model (its facts are parked with it)
         #: how the page was had: a kept one (``kept``, ``engine_started_before``, ``session_reused``, ``uses``)
         self._page: dict[str, Any] = {}
 
@@ -195,6 +196,7 @@ class WebRuntime(Runtime):
             self.close()
             raise err
         self._load_ms = {**res["timings"], "load": (_time.perf_counter() - t0) * 1e3}
+        self._holds = True
         self.after_load()
         if self._reused is not None:
             self.restore(self._reused)
@@ -307,7 +309,8 @@ class WebRuntime(Runtime):
         kept, self._kept = self._kept, None
         try:
             if kept is not None:
-                kept.park(self.pool_facts(), keep=self._healthy and browser is not None and not browser.crashed
+                # a model the page could not load left the session it held, and that session's facts
+                kept.park(self.pool_facts() if self._holds else None, keep=self._healthy and browser is not None and not browser.crashed
                           and self.served_model_bytes <= MAX_KEPT_BYTES)
             if browser is not None:
                 browser.close()

@@ -45,9 +45,11 @@ async function start(cfg) {
   }
 }
 
-// A model on the started engine, in place of the one before (whose session is released first).
+// A model on the started engine, in place of the one before (whose session is released first). What the
+// model asks of the device is checked before: a model this device cannot run leaves the page's session as it was.
 async function load(spec) {
   try {
+    if (engine.check) await engine.check(spec.needs || {});
     if (current && engine.close) await engine.close();
     current = null;
     const t0 = performance.now();

@@ -54,7 +54,7 @@ export async function create(cfg) {
 
   return {
     info,
-    async load(url, needs) {
+    async check(needs) {
       // a float16 model on an adapter without float16 shaders: known before the session is tried (which
       // takes the better part of a second on a software adapter to fail the same way)
       if (needs.shaderF16 && cfg.ep === 'webgpu') {
@@ -63,6 +63,8 @@ export async function create(cfg) {
           throw new Error('the model requires f16 but the device does not support it (the WebGPU adapter has no shader-f16 feature)');
         }
       }
+    },
+    async load(url) {
       // verbose session logging: the wasm core then prints where each node went ("Node placements")
       // on the console, where the driver reads it (the module holds its own console reference).
       session = await ort.InferenceSession.create(url, {...options, logSeverityLevel: 0, logVerbosityLevel: 0});
