@@ -111,3 +111,35 @@ def test_unknown_gate_id_is_a_usage_error():
 
     p = run_cli("check", str(FIXTURES / "mlp.onnx"), "--gate", "web/ort-wasn")
     assert p.returncode == 2 and "--gate names 'web/ort-wasn'" in p.stderr
+
+
+def test_a_workers_process_tree_is_read_from_the_kernels_child_lists():
+    """The runner watches a worker's memory (and kills its tree) from the kernel's per-thread child lists: the
+    same processes psutil finds by reading every process's status, children of children and of threads included."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from portability.workers.runner import _tree
+
+    code = ("import subprocess, threading, time\n"
+            "threading.Thread(target=lambda: subprocess.Popen(['sleep', '30'])).start()\n"
+            "subprocess.Popen(['sh', '-c', 'sleep 30 & sleep 30 & wait'])\n"
+            "time.sleep(30)\n")
+    p = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        want: set[int] = set()
+        for _ in range(100):  # until all five processes are there
+            want = {p.pid} | {c.pid for c in psutil.Process(p.pid).children(recursive=True)}
+            if len(want) == 5:
+                break
+            time.sleep(0.05)
+        assert len(want) == 5
+        assert {q.pid for q in _tree(p.pid)} == want
+    finally:
+        for q in _tree(p.pid):
+            q.kill()
+        p.wait()
+    assert _tree(p.pid) == []

@@ -35,14 +35,49 @@ PARKED_POLL_S = 1.0
 WORKING_POLL_S = 0.25
 
 
+def _children(pid: int) -> list[int] | None:
+    """The pids of ``pid``'s children, from the kernel's per-thread lists (a few small reads, where psutil
+    reads every process's status to find them); None where the kernel keeps no such list."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            continue
+    return kids
+
+
 def _tree(pid: int):
+    """The process and its descendants (psutil processes); [] when it is gone."""
     import psutil
 
     try:
-        p = psutil.Process(pid)
-        return [p] + p.children(recursive=True)
+        root = psutil.Process(pid)
+        pids, queue = [], [pid]
+        while queue:
+            kids = _children(queue.pop())
+            if kids is None:
+                return [root] + root.children(recursive=True)
+            pids += kids
+            queue += kids
     except psutil.Error:
         return []
+    procs = [root]
+    for child in pids:
+        try:
+            procs.append(psutil.Process(child))
+        except psutil.Error:
+            pass  # ended meanwhile
+    return procs
 
 
 def _rss_mb(procs) -> float:
