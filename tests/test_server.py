@@ -87,6 +87,14 @@ def test_cache_second_run_converts_nothing(tmp_path):
     assert conv(first)[0] is False and all(conv(second)) and len(conv(second)) == ran >= 3
     entries = list((cache / "artifacts").glob("*/*/artifact.json"))
     assert len(entries) == 1
+    # the entry's size was measured once, when it was made: a cached run reports it, and it is the files' own
+    from portability.core.artifact import Artifact, size_info
+
+    made = Artifact.from_dict(json.loads(entries[0].read_text()))
+    assert made.size == size_info(sorted(p for p in entries[0].parent.rglob("*") if p.name != "artifact.json"))
+    for t in second["targets"]:
+        if t["status"] != "skipped":
+            assert {k: t["artifact"][k] for k in made.size} == made.size, t["id"]
     nocache = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", "--no-cache", env=env)
     assert not any(conv(nocache))
     assert len(list((cache / "artifacts").glob("*/*/artifact.json"))) == 1

@@ -26,6 +26,8 @@ class Artifact:
     format: str
     sha256: str
     meta: dict = field(default_factory=dict)
+    #: ``size_info`` of its files, where it was measured when the artifact was made (a cache entry's)
+    size: dict | None = None
 
     @property
     def folder(self) -> Path:
@@ -39,11 +41,18 @@ class Artifact:
                       if p.is_file() and p.name != META_FILE and not any(s in p.parents for s in skip))
 
     def to_dict(self) -> dict:
-        return {"path": str(self.path), "format": self.format, "sha256": self.sha256, "meta": self.meta}
+        d = {"path": str(self.path), "format": self.format, "sha256": self.sha256, "meta": self.meta}
+        return {**d, "size": self.size} if self.size is not None else d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Artifact":
-        return cls(path=Path(d["path"]), format=d["format"], sha256=d["sha256"], meta=dict(d.get("meta") or {}))
+        size = d.get("size")
+        return cls(path=Path(d["path"]), format=d["format"], sha256=d["sha256"], meta=dict(d.get("meta") or {}),
+                   size=dict(size) if isinstance(size, dict) else None)
+
+    def size_info(self) -> dict:
+        """Raw and gzip byte counts of its files (``size_info``): as measured when it was made, else now."""
+        return dict(self.size) if self.size is not None else size_info(self.files())
 
 
 def sha256_files(paths: list[Path]) -> str:

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -160,7 +161,7 @@ class Cache:
         if not meta.is_file():
             return None
         art = Artifact.from_dict(json.loads(meta.read_text()))  # its path is relative to the entry
-        art = Artifact(path=entry / art.path, format=art.format, sha256=art.sha256, meta=art.meta)
+        art = replace(art, path=entry / art.path)
         return art if art.path.exists() else None
 
     def _convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext, key: str,
@@ -184,8 +185,9 @@ class Cache:
         meta = dict(art.meta)
         meta.setdefault("convert_s", round(time.perf_counter() - t0, 3))
         meta.setdefault("converter", f"{conv.name()} {conv.version()}")
-        final = Artifact(path=entry / rel, format=art.format, sha256=sha, meta=meta)
-        write_meta(Artifact(path=rel, format=art.format, sha256=sha, meta=meta), tmp)
+        size = Artifact(path=tmp / rel, format=art.format, sha256=sha, meta=meta).size_info()  # measured once
+        final = Artifact(path=entry / rel, format=art.format, sha256=sha, meta=meta, size=size)
+        write_meta(Artifact(path=rel, format=art.format, sha256=sha, meta=meta, size=size), tmp)
         try:
             os.rename(tmp, entry)
         except OSError:  # another process won the race: keep theirs

@@ -50,7 +50,6 @@ class _Progress:
 
 
 def _convert(job: Job, feeds: dict[str, np.ndarray], events: _Events, p: _Progress, cache):
-    from portability.core.artifact import size_info
     from portability.core.target import load_class
     from portability.workers.cache import convert_context
 
@@ -67,7 +66,7 @@ def _convert(job: Job, feeds: dict[str, np.ndarray], events: _Events, p: _Progre
         art, hit = cache.convert(conv, art, options, ctx, on_wait=blocked)
         p.conversions.append(ConversionStep(f"{conv.name()} {conv.version()}", hit, round(time.perf_counter() - t0, 3),
                                             conv.shapes_used(ctx)))
-    p.fields["artifact"] = {"format": art.format, "sha256": art.sha256, **size_info(art.files())}
+    p.fields["artifact"] = {"format": art.format, "sha256": art.sha256, **art.size_info()}
     if art.meta:
         p.details["artifact_meta"] = art.meta
     return art
