@@ -37,8 +37,10 @@ from portability.core.blas import blas_threads, openblas as _openblas  # noqa: F
 
 #: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``, then
 #: the browser driver every web target's worker imports (the DevTools client, the page server, the kept pages:
-#: the standard library's HTTP and e-mail modules, some 60 ms a worker) and the engines' runtimes
-PRELOAD = ("numpy", "portability.core.protocol", "portability.workers.worker", "portability.workers.cache",
+#: the standard library's HTTP and e-mail modules, some 60 ms a worker), the engines' runtimes and ONNX (which
+#: the web page's warm-up model, OpenVINO's port names and the reference runtime read: 0.1-0.2 s a worker)
+PRELOAD = ("numpy", "onnx", "onnx.helper", "onnx.numpy_helper", "onnx.reference", "portability.core.protocol",
+           "portability.workers.worker", "portability.workers.cache",
            "portability.converters.base", "portability.core.artifact", "portability.core.target",
            "portability.core.errors", "portability.runtimes.base", "portability.metrics.latency",
            "portability.runtimes.web", "portability.web.browser", "portability.web.server", "portability.web.pool",
@@ -118,6 +120,9 @@ def _preload(flavour: str = "") -> None:
 
     for dist in used_dists():  # what names each converter (its cache key) and runtime, read once for every worker
         package_version(dist)
+    from portability.metrics.latency import median_half_width
+
+    median_half_width([1.0, 2.0, 3.0, 4.0, 5.0])  # numpy's first median sets itself up (some 15 ms a worker)
     if flavour == TENSORFLOW:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # as the runtime sets it before its import
         from portability.runtimes.tf_savedmodel import import_tensorflow_without_keras
