@@ -73,6 +73,32 @@ def test_a_kept_page_serves_the_next_target_and_keeps_its_session_for_the_same_m
     assert d4["page"]["uses"] == 1 and not d4["page"]["engine_started_before"]
 
 
+def test_a_parked_page_has_nothing_in_its_console_for_the_next_driver(tmp_path, browser):
+    """What a kept page's console collected (ONNX Runtime's verbose session log) is dropped when it is parked:
+    the next driver's attach does not have it all replayed."""
+    from portability.web import pool
+    from portability.web.browser import Browser
+
+    model = conv_net(tmp_path / "m" / "model.onnx")
+    x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    _once(_runtime(browser.endpoint), _artifact(model), x)
+    cdp, pages = pool.split(browser.endpoint)
+    b = Browser(endpoint=cdp)
+    b.start(context=False)
+    try:
+        (page,) = [t for t in b.command("Target.getTargets")["targetInfos"] if t["url"].startswith(pages + "h/index.html#")]
+        heard: list[str] = []
+        b._console = lambda kind, text: heard.append(text)  # every message the attach brings, filtered or not
+        b.attach(page["targetId"])
+        assert heard == []
+        b.call("() => console.log('after the attach')")
+        b.call("() => new Promise(r => setTimeout(r, 50))")
+        assert heard == ["after the attach"]  # the console is heard: only its past is gone
+        b.detach()
+    finally:
+        b.close()
+
+
 def test_a_model_the_device_cannot_run_leaves_the_kept_session_as_it_was(tmp_path):
     """A float16 model on a WebGPU adapter without float16 shaders is refused before any session is made: the
     kept page it claimed still holds the model it held (and that model's facts) for that model's next target."""

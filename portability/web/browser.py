@@ -111,6 +111,14 @@ class Browser:
         self.console.clear()  # the replayed messages of its earlier drivers
         return self
 
+    def forget_console(self) -> None:
+        """Drop what the page's console and log collected: a later driver's ``attach`` would have them all
+        replayed (a kept page's ONNX Runtime session logs verbosely: thousands of messages after some targets)."""
+        conn = self._require()
+        ids = [conn.send(m, session=self._session) for m in ("Runtime.discardConsoleEntries", "Log.clear")]
+        for cid in ids:
+            conn.wait(cid, SETUP_TIMEOUT_S, abort=self._check)
+
     def detach(self) -> None:
         """Leave the page as it is (kept for a later driver) and forget it."""
         target, session, self._target, self._session = self._target, self._session, None, None

@@ -98,6 +98,7 @@ class KeptPage:
         if keep and int(self.state.get("uses") or 0) < MAX_USES:
             try:
                 self.browser.call("a => harness.park(a.facts, a.check)", {"facts": facts, "check": self.check})
+                self.browser.forget_console()
                 self.browser.detach()
                 return
             except Exception as e:  # a page that cannot be parked is not kept
