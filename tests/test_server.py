@@ -95,6 +95,10 @@ def test_cache_second_run_converts_nothing(tmp_path):
     for t in second["targets"]:
         if t["status"] != "skipped":
             assert {k: t["artifact"][k] for k in made.size} == made.size, t["id"]
+    # an entry made before entries recorded their size: measured when next used, and recorded
+    entries[0].write_text(json.dumps({k: v for k, v in json.loads(entries[0].read_text()).items() if k != "size"}))
+    check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", "server/ort-cpu-noopt", "--runs", "0", env=env)
+    assert Artifact.from_dict(json.loads(entries[0].read_text())).size == made.size
     nocache = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", "--no-cache", env=env)
     assert not any(conv(nocache))
     assert len(list((cache / "artifacts").glob("*/*/artifact.json"))) == 1

@@ -11,6 +11,11 @@ from pathlib import Path
 META_FILE = "artifact.json"
 
 
+def is_meta(path: Path) -> bool:
+    """Our record of an artifact (or one being written), not a file of it."""
+    return path.name == META_FILE or path.name.startswith(f".{META_FILE}.")
+
+
 @dataclass(frozen=True)
 class Artifact:
     """One model in one format.
@@ -38,7 +43,7 @@ class Artifact:
         sub-folders ``meta["not_part"]`` names (by-products a converter keeps beside it)."""
         skip = [self.folder / d for d in self.meta.get("not_part", ())]
         return sorted(p for p in self.folder.rglob("*")
-                      if p.is_file() and p.name != META_FILE and not any(s in p.parents for s in skip))
+                      if p.is_file() and not is_meta(p) and not any(s in p.parents for s in skip))
 
     def to_dict(self) -> dict:
         d = {"path": str(self.path), "format": self.format, "sha256": self.sha256, "meta": self.meta}
@@ -83,8 +88,11 @@ def size_info(files: list[Path]) -> dict:
 
 
 def write_meta(artifact: Artifact, folder: Path) -> None:
-    """Record ``artifact`` (its path relative to ``folder``) in ``folder``."""
-    (folder / META_FILE).write_text(json.dumps(artifact.to_dict(), indent=1, sort_keys=True))
+    """Record ``artifact`` (its path relative to ``folder``) in ``folder``, atomically (a reader of the folder
+    finds the record before or after, never half of it)."""
+    tmp = folder / f".{META_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(artifact.to_dict(), indent=1, sort_keys=True))
+    os.replace(tmp, folder / META_FILE)
 
 
 __all__ = ["Artifact", "sha256_files", "size_info", "write_meta"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from portability.converters.base import ConvertContext, Converter
 from portability.core.dirs import default_root  # noqa: F401  (re-exported: the cache's root)
-from portability.core.artifact import META_FILE, Artifact, sha256_files, write_meta
+from portability.core.artifact import META_FILE, Artifact, is_meta, sha256_files, write_meta
 from portability.core.status import Status
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class Cache:
         entry = self.root / "artifacts" / key[:2] / key
         hit = self._cached(entry)
         if hit is not None:
-            return hit, True
+            return self._measured(entry, hit), True
         self._failed_before(entry)
         entry.parent.mkdir(parents=True, exist_ok=True)
         with open(entry.parent / f".{key}.lock", "a+") as lock:
@@ -156,6 +156,18 @@ class Cache:
             pass
 
     @staticmethod
+    def _measured(entry: Path, art: Artifact) -> Artifact:
+        """An entry made before entries recorded their size: measured now, and recorded for the next use."""
+        if art.size is not None:
+            return art
+        art = replace(art, size=art.size_info())
+        try:
+            write_meta(replace(art, path=art.path.relative_to(entry)), entry)
+        except (OSError, ValueError) as e:  # a read-only cache: measured again next time
+            log.debug("recording the size of %s: %s", entry.name[:12], e)
+        return art
+
+    @staticmethod
     def _cached(entry: Path) -> Artifact | None:
         meta = entry / META_FILE
         if not meta.is_file():
@@ -181,7 +193,7 @@ class Cache:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         rel = art.path.relative_to(tmp)
-        sha = sha256_files(sorted(p for p in tmp.rglob("*") if p.is_file() and p.name != META_FILE))
+        sha = sha256_files(sorted(p for p in tmp.rglob("*") if p.is_file() and not is_meta(p)))
         meta = dict(art.meta)
         meta.setdefault("convert_s", round(time.perf_counter() - t0, 3))
         meta.setdefault("converter", f"{conv.name()} {conv.version()}")
