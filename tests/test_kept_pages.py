@@ -99,6 +99,27 @@ def test_a_parked_page_has_nothing_in_its_console_for_the_next_driver(tmp_path, 
         b.close()
 
 
+def test_a_timing_in_chunks_warms_up_once_and_keeps_its_runs_per_sample(tmp_path, browser):
+    """The worker times in chunks until the median is stable: the first re-warms the page after its wait, the
+    later ones follow at once (no re-warm, no calibration) and take as many runs per sample as the first."""
+    model = conv_net(tmp_path / "m" / "model.onnx")
+    x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    rt = _runtime(browser.endpoint)
+    try:
+        rt.load(_artifact(model))
+        rt.pace_ms = 0.5
+        rt.warm_up({"x": x}, 2)
+        first = rt.time({"x": x}, 0, 10)
+        one = rt.details()["timing"]
+        later = rt.time({"x": x}, 0, 20)
+        both = rt.details()["timing"]
+    finally:
+        rt.close()
+    assert len(first) == 10 and len(later) == 20 and min(first + later) > 0
+    assert one["warmup_runs"] >= 1 and both["warmup_runs"] == one["warmup_runs"]
+    assert both["batch"] == one["batch"] and both["prewarm_runs"] == one["prewarm_runs"] >= 2
+
+
 def test_a_model_the_device_cannot_run_leaves_the_kept_session_as_it_was(tmp_path):
     """A float16 model on a WebGPU adapter without float16 shaders is refused before any session is made: the
     kept page it claimed still holds the model it held (and that model's facts) for that model's next target."""

@@ -282,13 +282,19 @@ class WebRuntime(Runtime):
     def time(self, feeds: dict[str, np.ndarray], warmup: int, runs: int) -> list[float]:
         warm = self._prewarm_runs is not None  # warmed up already: a brief re-warm — none where one run outlasts it
         rewarm = REWARM_MS if warm and self._prewarm_ms < REWARM_MS else 0.0 if warm else self._min_warmup_ms()
+        batch = None
+        if self._time_info:  # a later chunk of the same timing: the page ran the model a moment ago (no re-warm),
+            warm, rewarm, batch = True, 0.0, self._time_info.get("batch")  # and its samples are as many runs each
         with self._feeds(feeds) as spec:
             res = self._call("s => harness.time(s)", {"feeds": spec, "warmup": 0 if warm else int(warmup), "runs": int(runs),
                                                       "minWarmupMs": rewarm, "rewarmed": warm, "minSampleMs": MIN_SAMPLE_MS,
-                                                      "perRunMs": self._prewarm_ms or None})
-        self._time_info = res.get("timing") or {}
-        if warm:
-            self._time_info = dict(self._time_info, prewarm_runs=self._prewarm_runs)
+                                                      "perRunMs": self._prewarm_ms or None, "batch": batch})
+        info = dict(res.get("timing") or {})
+        if self._time_info:  # the warm-up runs of every chunk of this timing
+            info["warmup_runs"] = int(self._time_info.get("warmup_runs") or 0) + int(info.get("warmup_runs") or 0)
+        if self._prewarm_runs is not None:
+            info["prewarm_runs"] = self._prewarm_runs
+        self._time_info = info
         return [float(x) for x in res["ms"]]
 
     def details(self) -> dict[str, Any]:

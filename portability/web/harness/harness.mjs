@@ -171,7 +171,7 @@ async function time(spec) {
       // before (spec.rewarmed) is in its steady state already: the re-warm's own runs tell, or (a run that
       // outlasts the re-warm: none) the warm-up's (spec.perRunMs).
       let per = Number.isFinite(perRunMs) ? perRunMs : (spec.perRunMs || Infinity), calibration = 0;
-      if (!spec.rewarmed || !Number.isFinite(per)) {
+      if (!spec.batch && (!spec.rewarmed || !Number.isFinite(per))) {
         const c0 = performance.now();
         while (calibration < CALIBRATION_RUNS
                && (calibration < 1 || performance.now() - c0 < CALIBRATION_RUNS * spec.minSampleMs)) {
@@ -180,7 +180,8 @@ async function time(spec) {
         }
         per = (performance.now() - c0) / calibration;
       }
-      const batch = Math.max(1, Math.min(1000, Math.ceil(spec.minSampleMs / Math.max(per, 1e-3))));
+      // a later chunk of one timing: the runs per sample of its first chunk
+      const batch = spec.batch || Math.max(1, Math.min(1000, Math.ceil(spec.minSampleMs / Math.max(per, 1e-3))));
       const ms = [];
       for (let i = 0; i < spec.runs; i++) {
         const t0 = performance.now();
