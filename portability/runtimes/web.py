@@ -23,6 +23,7 @@ import numpy as np
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, TargetError, Unavailable
 from portability.runtimes.base import Availability, Runtime
+from portability.web.blobs import groups, unpack
 from portability.web.pool import MAX_KEPT_BYTES
 
 log = logging.getLogger(__name__)
@@ -252,19 +253,19 @@ class WebRuntime(Runtime):
         with self._feeds(feeds) as spec:
             res = self._call("s => harness.infer(s)", {"feeds": spec, "out": self._server.base + "io/" + out_name})
         self._info = res.get("info") or self._info
-        return self.from_page(_unpack(res["outputs"], self._server.take_blob(out_name)))
+        return self.from_page(unpack(res["outputs"], self._server.take_blob(out_name)))
 
     def infer_all(self, batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """One page call per group of batches (a group's feeds travel as one blob, its outputs as another)."""
         out: list[dict[str, np.ndarray]] = []
-        for group in _groups(batches, MAX_BLOB_BYTES):
+        for group in groups(batches, MAX_BLOB_BYTES):
             out_name = f"out-{next(self._ids)}"
             with self._feeds(*group) as spec:
                 res = self._call("s => harness.inferMany(s)", {"url": spec["url"], "batches": spec["batches"],
                                                               "out": self._server.base + "io/" + out_name})
             self._info = res.get("info") or self._info
             data = self._server.take_blob(out_name)
-            out += [self.from_page(_unpack(descs, data)) for descs in res["outputs"]]
+            out += [self.from_page(unpack(descs, data)) for descs in res["outputs"]]
         return out
 
     def warm_up(self, feeds: dict[str, np.ndarray], warmup: int) -> None:
@@ -377,28 +378,3 @@ def _origin(base: str | None) -> str | None:
         return None
     u = urlsplit(base)
     return f"{u.scheme}://{u.netloc}"
-
-
-def _groups(batches: list[dict[str, np.ndarray]], max_bytes: int) -> Iterator[list[dict[str, np.ndarray]]]:
-    group: list[dict[str, np.ndarray]] = []
-    size = 0
-    for b in batches:
-        n = sum(a.nbytes for a in b.values())
-        if group and size + n > max_bytes:
-            yield group
-            group, size = [], 0
-        group.append(b)
-        size += n
-    if group:
-        yield group
-
-
-def _unpack(descs: list[dict[str, Any]], data: bytes) -> dict[str, np.ndarray]:
-    out = {}
-    for d in descs:
-        dtype = np.uint8 if d["dtype"] == "bool" else np.dtype(d["dtype"])
-        a = np.frombuffer(data, dtype=dtype, count=d["nbytes"] // np.dtype(dtype).itemsize, offset=d["offset"])
-        a = a.reshape(d["shape"]).copy()
-        out[d["name"]] = a.astype(bool) if d["dtype"] == "bool" else a
-    return out
-
