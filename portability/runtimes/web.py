@@ -317,7 +317,8 @@ class WebRuntime(Runtime):
         try:
             if kept is not None:
                 # a model the page could not load left the session it held, and that session's facts
-                kept.park(self.pool_facts() if self._holds else None, keep=self._healthy and browser is not None and not browser.crashed
+                kept.park(self.pool_facts() if self._holds else None,
+                          keep=self._healthy and browser is not None and not browser.crashed
                           and self.served_model_bytes <= MAX_KEPT_BYTES)
             if browser is not None:
                 browser.close()
