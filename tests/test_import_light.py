@@ -2,6 +2,7 @@
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import portability
 
@@ -44,3 +45,27 @@ def test_check_help_lists_main_options():
     for opt in ("--targets", "--json", "--dataset", "--inputs", "--shape", "--no-cache", "--gate", "--html",
                 "--markdown", "--baseline", "--no-history"):
         assert opt in p.stdout
+
+
+def test_onnx_runtimes_tools_run_without_pytorch(tmp_path):
+    """Fixing a model's input shapes, ORT Mobile's usability analysis and the ORT format converter use ONNX
+    Runtime's tools, whose package imports PyTorch wherever it is installed: not for them (``ort_tools``). The
+    converter's command, run that way, still writes the ``.ort`` file; a process with PyTorch imported keeps it."""
+    from portability.converters.ort_tools import tool_command
+
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    code = (f"from pathlib import Path\nfrom portability.converters.shapes import fix_input_shapes\n"
+            f"from portability.converters.ort_format import mobile_usability\n"
+            f"print(fix_input_shapes(Path({str(fixtures / 'mlp_dynamic.onnx')!r}), Path({str(tmp_path / 'fixed.onnx')!r}), None))\n"
+            f"assert mobile_usability(Path({str(tmp_path / 'fixed.onnx')!r}))['nnapi']['nodes'] > 0")
+    mods = _loaded_after(code)
+    assert "onnxruntime.tools.onnx_model_utils" in mods and "onnxruntime.tools.mobile_helpers.usability_checker" in mods
+    assert "torch" not in mods
+    p = subprocess.run(tool_command("convert_onnx_models_to_ort", str(fixtures / "lenet.onnx"), "--output_dir",
+                                    str(tmp_path / "ort"), "--optimization_style", "Fixed", "--target_platform", "arm"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (tmp_path / "ort" / "lenet.ort").stat().st_size > 1000
+    kept = _loaded_after("import torch\nfrom portability.converters.ort_tools import ort_tool\nort_tool('onnx_model_utils')\n"
+                         "import sys\nassert sys.modules['torch'] is not None and sys.modules['torch'].__name__ == 'torch'")
+    assert "onnxruntime.tools.pytorch_export_helpers" in kept

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,8 @@ def test_onnxsim_passes_served_by_one_process_write_what_the_command_writes(tmp_
         subprocess.check_output([sys.executable, "-m", "onnxsim", str(command), str(command)], stderr=subprocess.DEVNULL)
         helper.run(["onnxsim", str(served), str(served)])
     assert served.read_bytes() == command.read_bytes()
+    # the same passes without PyTorch, which onnxsim's package imports where it finds it (the command did)
+    assert "libtorch" not in Path(f"/proc/{helper.proc.pid}/maps").read_text()
     first = helper.proc.pid
     with pytest.raises(subprocess.CalledProcessError) as e:  # a failing pass fails as the command does
         helper.run(["onnxsim", str(tmp_path / "missing.onnx"), str(tmp_path / "out.onnx")])

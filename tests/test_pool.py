@@ -75,8 +75,8 @@ def test_a_pooled_worker_reports_its_result(tmp_path, pool):
 def test_a_tensorflow_worker_forks_from_the_zygote_that_imported_it(tmp_path, pool, monkeypatch):
     """A job of the ``tensorflow`` pool (``server/tf``'s) forks from a second zygote that imported TensorFlow once,
     with no thread started, where the pool serves more than one check (a session's; the resident session's); the
-    other jobs still fork from the plain one, which never imports it; a job whose environment changes what
-    TensorFlow reads at import (``TF_*``) starts fresh. For one check alone, the plain zygote serves it."""
+    other jobs still fork from the plain one, which never imports it; Keras is imported there too; a job whose
+    environment changes what TensorFlow or Keras reads at import (``TF_*``, ``KERAS_*``) starts fresh. For one check alone, the plain zygote serves it."""
     from dataclasses import replace
 
     tf_job = replace(_job(tmp_path), pool="tensorflow")
@@ -86,11 +86,15 @@ def test_a_tensorflow_worker_forks_from_the_zygote_that_imported_it(tmp_path, po
     first = _run(tmp_path, tf_job, "tf1").details["echo"]
     assert pool.pid("tensorflow") is not None and first["ppid"] == pool.pid("tensorflow") != pool.pid()
     assert first["tensorflow"] is True  # imported before the fork: the worker's import costs nothing
+    assert first["keras"] is True  # and Keras, which onnx2tf's run and the Keras readers import
     zygote = psutil.Process(pool.pid("tensorflow"))
     assert zygote.num_threads() == 1
     assert _run(tmp_path, tf_job, "tf2").details["echo"]["ppid"] == zygote.pid  # one for many jobs
     plain = _run(tmp_path, _job(tmp_path), "plain").details["echo"]
-    assert plain["ppid"] == pool.pid() != zygote.pid and plain["tensorflow"] is False
+    assert plain["ppid"] == pool.pid() != zygote.pid and plain["tensorflow"] is False and plain["keras"] is False
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # read by Keras at its import: a fresh interpreter
+    assert _run(tmp_path, tf_job, "keras").details["echo"]["ppid"] == os.getpid()
+    monkeypatch.delenv("KERAS_BACKEND")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     fresh = _run(tmp_path, tf_job, "tf3").details["echo"]
     assert fresh["ppid"] == os.getpid() and fresh["tensorflow"] is False

@@ -9,8 +9,8 @@ together, the exit status of ``sys.exit``; it inherits the worker's OS sandbox, 
 
 Only where that is the same program: the worker has no thread but its main one and OpenBLAS's (a fork copies
 one thread, and a lock another one held stays held; OpenBLAS stops its own threads around a fork), TensorFlow has not started its runtime (its thread pools), the command's
-environment changes no ``TF_*`` variable TensorFlow read at its import (``TF_ENABLE_ONEDNN_OPTS``: the TF.js
-converter's run keeps its own interpreter), and no module the command's ``PYTHONPATH`` would give it is
+environment changes no ``TF_*`` or ``KERAS_*`` variable TensorFlow or Keras read at its import
+(``TF_ENABLE_ONEDNN_OPTS``: the TF.js converter's run keeps its own interpreter), and no module the command's ``PYTHONPATH`` would give it is
 imported already. Otherwise ``run_tool`` starts the interpreter as before.
 """
 from __future__ import annotations
@@ -23,8 +23,11 @@ import time
 
 from portability.core.pipes import read_to_end
 
-#: read by TensorFlow's logging only: a different value changes what it prints, not what it computes
-_COSMETIC = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")
+#: the variables TensorFlow and Keras read when they are imported (oneDNN's switch, the Keras backend...)
+READ_AT_IMPORT = ("TF_", "KERAS_")
+#: ...of which these are read by TensorFlow's logging only: a different value changes what it prints, not what it
+#: computes
+COSMETIC = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")
 
 
 def _threads() -> int:
@@ -74,10 +77,10 @@ def why_not(cmd: list[str], env: dict[str, str]) -> str | None:
         return f"{_own_threads()} threads besides the main one run here"
     if _tensorflow_started():
         return "TensorFlow's runtime is started here"
-    changed = [k for k in set(env) | set(os.environ) if k.startswith("TF_") and k not in _COSMETIC
+    changed = [k for k in set(env) | set(os.environ) if k.startswith(READ_AT_IMPORT) and k not in COSMETIC
                and env.get(k) != os.environ.get(k)]
     if changed:
-        return f"the command changes {', '.join(sorted(changed))}, which TensorFlow read at its import"
+        return f"the command changes {', '.join(sorted(changed))}, which TensorFlow or Keras read at its import"
     if env.get("PYTHONPATH", "") != os.environ.get("PYTHONPATH", "") and _shadowed(env.get("PYTHONPATH", "")):
         return "a module its PYTHONPATH gives is imported here already"
     return None

@@ -4,9 +4,9 @@ onnx2tf's arguments).
 onnx2tf simplifies a model by running the ``onnxsim`` command three times in a row (a fourth for a model with
 ``Einsum`` or ``OneHot``), each a new process that imports onnxsim — and, through it, PyTorch: about 2 s each,
 two thirds of a small model's conversion. Here those commands go to one helper process that imports onnxsim
-once, while onnx2tf imports TensorFlow, and runs onnxsim's own command-line entry with the same arguments: the
-same passes, the same files (byte for byte), a failure still onnx2tf's warning as before, a helper that dies
-replaced for the next pass. Everything else is onnx2tf's ``main`` as ``python -m onnx2tf`` runs it.
+once — without PyTorch, which none of its passes uses — while onnx2tf imports TensorFlow, and runs onnxsim's own
+command-line entry with the same arguments: the same passes, the same files (byte for byte), a failure still
+onnx2tf's warning as before, a helper that dies replaced for the next pass. Everything else is onnx2tf's ``main`` as ``python -m onnx2tf`` runs it.
 
 Asked (``DESCRIBE``), it then describes the files onnx2tf wrote — each float ``.tflite`` file's layout and the
 SavedModel's, the latter probed by TensorFlow — which the converter would otherwise do in a process that imports
@@ -41,6 +41,9 @@ def _serve() -> None:
         pass
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    # onnxsim's package imports PyTorch where it finds it (for its quantizers and exporters, never for the
+    # simplification passes): 2-3 s of the helper's start, which the first pass waits for
+    sys.modules.setdefault("torch", None)
     from onnxsim import main
 
     for line in sys.stdin:

@@ -1,7 +1,7 @@
 """OrtFromOnnx: the ONNX model in ORT format (``.ort``), what ONNX Runtime Mobile loads on a phone.
 
 Runs ``python -m onnxruntime.tools.convert_onnx_models_to_ort`` (``Fixed`` optimizations for
-``--target_platform arm``, the phone's) on a copy, and records ORT Mobile's static NNAPI / CoreML
+``--target_platform arm``, the phone's; without PyTorch: ``ort_tools``) on a copy, and records ORT Mobile's static NNAPI / CoreML
 coverage — the analysis of ``python -m onnxruntime.tools.check_onnx_model_mobile_usability`` (nodes
 covered, partitions, verdict per execution provider) — in ``meta["mobile_usability"]``. That analysis
 needs fixed shapes: symbolic dimensions are fixed on a private copy first, with
@@ -17,12 +17,12 @@ import logging
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from portability.converters.base import ConvertContext, Converter, package_version
+from portability.converters.ort_tools import ort_tool, tool_command
 from portability.converters.shapes import fix_input_shapes
 from portability.core.artifact import Artifact
 from portability.core.errors import ConvertError
@@ -34,13 +34,11 @@ _EPS = {"nnapi": None, "coreml_neuralnetwork": "coreml_supported_neuralnetwork_o
 
 def mobile_usability(model_path: Path) -> dict[str, Any]:
     """NNAPI / CoreML partitioning of a fixed-shape model, as check_onnx_model_mobile_usability computes it."""
-    from onnxruntime.tools.mobile_helpers import usability_checker as uc
-    from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
-
+    uc, utils = ort_tool("mobile_helpers.usability_checker"), ort_tool("onnx_model_utils")
     with tempfile.TemporaryDirectory() as tmp:
         opt = Path(tmp) / "optimized.onnx"
-        optimize_model(model_path, opt, use_external_initializers=True)  # BASIC, as ORT format conversion does
-        model = ModelProtoWithShapeInfo(opt).model_with_shape_info
+        utils.optimize_model(model_path, opt, use_external_initializers=True)  # BASIC, as ORT format conversion does
+        model = utils.ModelProtoWithShapeInfo(opt).model_with_shape_info
         out: dict[str, Any] = {}
         for ep, cfg in _EPS.items():
             info = uc.check_nnapi_partitions(model, True) if cfg is None else uc.check_coreml_partitions(model, True, cfg)
@@ -70,8 +68,8 @@ _NOT_ERRORS = ("Falling back to lenient merge",)
 
 def _to_ort(model: Path, out: Path, timeout_s: float | None) -> tuple[Path, str | None]:
     """``convert_onnx_models_to_ort`` on ``model``: the ``.ort`` file, and the failure's lines (or None)."""
-    cmd = [sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(model),
-           "--output_dir", str(out), "--optimization_style", "Fixed", "--target_platform", "arm"]
+    cmd = tool_command("convert_onnx_models_to_ort", str(model), "--output_dir", str(out), "--optimization_style", "Fixed",
+                       "--target_platform", "arm")
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout_s)
     ort_file = out / "model.ort"
     if p.returncode == 0 and ort_file.is_file():

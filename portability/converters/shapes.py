@@ -21,7 +21,10 @@ def fix_input_shapes(src: Path, dst: Path, shapes: dict[str, list[int]] | None =
     fixed axis gives one size is fixed to it throughout the graph; a name given several sizes says nothing
     about the graph's other tensors, and its dims there become unknown (shape inference fills them in)."""
     import onnx
-    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, remove_invalid_dim_values
+    from portability.converters.ort_tools import ort_tool
+
+    utils = ort_tool("onnx_model_utils")
+    fix_output_shapes, remove_invalid_dim_values = utils.fix_output_shapes, utils.remove_invalid_dim_values
 
     model = onnx.load(str(src))
     remove_invalid_dim_values(model.graph)  # a dim_value of -1 or 0 is an unknown dim

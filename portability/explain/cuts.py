@@ -63,7 +63,9 @@ class Graph:
         if not unranked:
             return
         try:
-            from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+            from portability.converters.ort_tools import ort_tool
+
+            SymbolicShapeInference = ort_tool("symbolic_shape_infer").SymbolicShapeInference
 
             typed = SymbolicShapeInference.infer_shapes(self.model, auto_merge=True)
         except Exception:  # noqa: BLE001 — an op it does not know: those tensors stay unranked

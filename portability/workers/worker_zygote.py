@@ -7,8 +7,8 @@ socket: for each job it forks a child that turns into the worker a fresh
 and, once it has reaped the child, its exit status.
 
 Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start threads) and onnxruntime
-(its import starts a thread) — except TensorFlow in the zygote of the ``tensorflow`` flavour, which serves the
-workers that import it (``FLAVOURS``). OpenBLAS starts its threads when numpy is imported: the zygote runs with
+(its import starts a thread) — except TensorFlow and Keras in the zygote of the ``tensorflow`` flavour, which serves
+the workers that import them (``FLAVOURS``). OpenBLAS starts its threads when numpy is imported: the zygote runs with
 ``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread count a fresh interpreter would have chosen from
 the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
 ``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the
@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from portability.converters.forked import COSMETIC, READ_AT_IMPORT
 from portability.core.blas import blas_threads, openblas as _openblas  # noqa: F401  (blas_threads: the tests read it here)
 
 #: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``, then
@@ -49,15 +50,19 @@ PRELOAD = ("numpy", "onnx", "onnx.helper", "onnx.numpy_helper", "onnx.reference"
 #: never in the zygote: heavy, and they start threads (only the targets that need them import them)
 NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
 #: a second zygote for the workers that import TensorFlow (``server/tf``: 2.5-3.5 s of import each): the same
-#: modules and TensorFlow (without the Keras it imports eagerly; ``runtimes/tf_savedmodel``), whose import starts no
-#: thread when OpenBLAS starts none; its thread pools are made on first use, in each worker
+#: modules and TensorFlow (imported without the Keras optimizers it loads eagerly; ``runtimes/tf_savedmodel``), whose
+#: import starts no thread when OpenBLAS starts none; its thread pools are made on first use, in each worker
 TENSORFLOW = "tensorflow"
 FLAVOURS = ("", TENSORFLOW)
-#: TensorFlow reads these when it is imported (oneDNN's switch, its log level...): a job of the TensorFlow
-#: zygote that changes one needs a fresh interpreter
-TENSORFLOW_PREFIXES = ("TF_",)
+#: ...then Keras 3 and tf-keras, where installed: onnx2tf's run imports both (tf-keras to build its model, Keras
+#: when the TFLite converter asks whether that model is Keras 3's), as do the Keras reader, ``server/keras`` and
+#: Keras's export — 1.5-2.5 s of each of those workers otherwise. Neither starts a thread at its import.
+TENSORFLOW_PRELOAD = ("keras", "tf_keras")
+#: TensorFlow and Keras read these when they are imported (oneDNN's switch, the Keras backend...): a job of the
+#: TensorFlow zygote that changes one needs a fresh interpreter...
+TENSORFLOW_PREFIXES = READ_AT_IMPORT
 #: ...except its logging's (what it prints, not what it computes)
-TENSORFLOW_LOG_VARS = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")
+TENSORFLOW_LOG_VARS = COSMETIC
 #: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
 #: encodings, the dynamic loader, malloc, numpy, OpenBLAS): a job that changes one needs a fresh interpreter
 STARTUP_PREFIXES = ("PYTHON", "LD_", "OPENBLAS_", "GOTO_", "OMP_", "MKL_", "NPY_", "NUMPY_", "MALLOC_", "GLIBC_", "LC_")
@@ -110,6 +115,7 @@ def _threads() -> int:
 
 def _preload(flavour: str = "") -> None:
     import importlib
+    import importlib.util
 
     if flavour not in FLAVOURS:
         raise PoolError(f"no such worker pool: {flavour!r}")
@@ -128,7 +134,10 @@ def _preload(flavour: str = "") -> None:
         from portability.runtimes.tf_savedmodel import import_tensorflow_without_keras
 
         import_tensorflow_without_keras()
-    loaded = [m for m in NEVER if m in sys.modules and not (flavour == TENSORFLOW and m == "tensorflow")]
+        for name in TENSORFLOW_PRELOAD:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
+    loaded = [m for m in NEVER if m in sys.modules and not (flavour == TENSORFLOW and m in ("tensorflow", *TENSORFLOW_PRELOAD))]
     if loaded:
         raise PoolError(f"preloading imported {', '.join(loaded)}")
     if threading.active_count() != 1 or _threads() != 1:
