@@ -28,3 +28,23 @@ class CopyTf(Converter):
         p = run_tool([sys.executable, "-c", self.TOOL, str(src.path), str(out_dir / "model.onnx")], "the copying tool", ctx.timeout_s)
         return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="",
                         meta={**src.meta, "tool": json.loads(p.stdout.splitlines()[-1]), "worker": os.getpid()})
+
+
+class CopyTorch(Converter):
+    """A copy of the ONNX model by a converter that imports PyTorch (``pool``), saying whether it was imported."""
+
+    input_format = output_format = "onnx"
+    pool = "torch"
+
+    def version(self) -> str:
+        return "1"
+
+    def convert(self, src, out_dir, options, ctx):
+        import shutil
+
+        from portability.core.artifact import Artifact
+
+        torch_before = "torch" in sys.modules
+        shutil.copyfile(src.path, out_dir / "model.onnx")
+        return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="",
+                        meta={**src.meta, "torch_before": torch_before, "worker": os.getpid()})

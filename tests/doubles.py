@@ -86,7 +86,7 @@ class Echo(OrtCpu):
         env = {k: v for k, v in os.environ.items() if k.startswith("PORTABILITY_ECHO_")}
         return {**super().details(), "echo": {"ppid": os.getppid(), "env": env, "blas_threads": blas_threads(),
                                               "cwd": os.getcwd(), "tensorflow": "tensorflow" in sys.modules,
-                                              "keras": "keras" in sys.modules}}
+                                              "keras": "keras" in sys.modules, "torch": "torch" in sys.modules}}
 
 
 class EchoTf(Echo):

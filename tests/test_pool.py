@@ -125,6 +125,36 @@ def test_a_conversion_that_imports_tensorflow_forks_from_its_pool_and_runs_its_t
     assert second.details["echo"]["ppid"] == pool.pid() and second.details["echo"]["tensorflow"] is False
 
 
+
+def test_a_pytorch_worker_forks_from_the_zygote_that_imported_it(tmp_path, pool, monkeypatch):
+    """The ``torch`` pool (a ``.pt2``'s reader, ``server/torch``, its exports): a third zygote imported PyTorch once,
+    with no thread started, for a session's pool; a job that changes what PyTorch reads at import (``TORCH_*``)
+    starts fresh. A conversion chain with a PyTorch step and a TensorFlow step left forks from TensorFlow's (the
+    costlier import); with only PyTorch's left, from PyTorch's."""
+    from dataclasses import replace
+
+    from portability.targets.base import Target
+
+    pool.use_resident(None, lasting=True)
+    torch_job = replace(_job(tmp_path), pool="torch")
+    first = _run(tmp_path, torch_job, "torch1").details["echo"]
+    assert pool.pid("torch") is not None and first["ppid"] == pool.pid("torch") not in (pool.pid(), pool.pid("tensorflow"))
+    assert first["torch"] is True and first["tensorflow"] is False
+    assert psutil.Process(pool.pid("torch")).num_threads() == 1
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "1")
+    assert _run(tmp_path, torch_job, "torch2").details["echo"]["ppid"] == os.getpid()
+    monkeypatch.delenv("TORCH_SHOW_CPP_STACKTRACES")
+    both = Target(id="test/both", runtime=ECHO, converters=(("converter_doubles:CopyTorch", {}), ("converter_doubles:CopyTf", {})))
+    job = replace(_job(tmp_path), target=both, use_cache=True, cache_dir=str(tmp_path / "cache"))
+    wr = _run(tmp_path, job, "both")
+    assert wr.status == "ok", wr.error
+    assert wr.details["echo"]["ppid"] == pool.pid("tensorflow") and wr.details["artifact_meta"]["torch_before"] is False
+    alone = Target(id="test/torch", runtime=ECHO, converters=(("converter_doubles:CopyTorch", {}),))
+    wr = _run(tmp_path, replace(job, target=alone, cache_dir=str(tmp_path / "cache2")), "alone")
+    assert wr.status == "ok", wr.error
+    assert wr.details["echo"]["ppid"] == pool.pid("torch") and wr.details["artifact_meta"]["torch_before"] is True
+
+
 _FORKED = """
 import json, os, subprocess, sys, time
 import tensorflow as tf

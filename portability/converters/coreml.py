@@ -60,6 +60,7 @@ class CoremlFromTorch(Converter):
     input_format = "torch"
     output_format = "coreml"
     uses = ("coremltools",)
+    pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     uses_shapes = True
 
     def version(self) -> str:

@@ -25,6 +25,7 @@ class PteFromTorch(Converter):
     output_format = "pte"
     variants = {"delegate": DELEGATES}
     uses = ("executorch",)
+    pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     uses_shapes = True
 
     def version(self) -> str:

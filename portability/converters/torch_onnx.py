@@ -78,6 +78,7 @@ class _TorchToOnnx(Converter):
     input_format = "torch"
     output_format = "onnx"
     uses = ("torch", "onnxscript")
+    pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     uses_shapes = True
     dynamo: bool
 

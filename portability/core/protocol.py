@@ -104,7 +104,7 @@ class Job:
     check_id: str = ""
     #: ``--strict-backend``: a runtime that can refuse to run nodes off the backend asked for does
     strict_backend: bool = False
-    #: the worker pool its worker forks from (``Runtime.pool``: "" or ``tensorflow``)
+    #: the worker pool its worker forks from (``Runtime.pool``: "", ``tensorflow`` or ``torch``)
     pool: str = ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ def et_error(e: Exception, cls=RunError):
 class ExecuTorchRuntime(Runtime):
     input_format = "pte"
     uses = ("executorch",)
+    pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     cost_s = 6.0  # importing torch and executorch
 
     @classmethod

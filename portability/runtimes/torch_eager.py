@@ -17,6 +17,7 @@ class TorchEager(Runtime):
     input_format = "torch"
     cost_s = 2.0  # importing torch
     uses = ("torch",)
+    pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     OPTIONS = frozenset({"threads"})
 
     @classmethod

@@ -28,6 +28,7 @@ from portability.sources.common import allowlists_on, digest, spec, version
 from portability.sources.pt2_program import _CONTROL, _name, vet_program
 
 FORMAT = "torch"
+POOL = "torch"  # its reader imports PyTorch: it forks from the pool that imported it
 REFERENCE = "server/torch"
 #: the framework its gradient adapter (``Gradients``) needs
 GRADIENTS = "torch"

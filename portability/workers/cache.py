@@ -27,6 +27,7 @@ from portability.converters.base import ConvertContext, Converter
 from portability.core.dirs import default_root  # noqa: F401  (re-exported: the cache's root)
 from portability.core.artifact import META_FILE, Artifact, is_meta, sha256_files, write_meta
 from portability.core.status import Status
+from portability.workers.worker_zygote import TENSORFLOW
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +217,9 @@ def convert_context(job, feeds: dict[str, np.ndarray]) -> ConvertContext:
 
 def conversion_pool(job) -> str:
     """The worker pool a job's conversions need (``Converter.pool``): that of its first step that is not in the
-    cache and has one, or of any later step (its input is not there yet), else "" (all cached, or no step imports
-    anything heavy). Read-only: it walks the cache's entries as the worker will."""
+    cache and has one, or of any later step (its input is not there yet) — TensorFlow's where one of those steps
+    imports it (the costliest import: a PyTorch program's ONNX export followed by onnx2tf forks from it) —, else ""
+    (all cached, or no step imports anything heavy). Read-only: it walks the cache's entries as the worker will."""
     from portability.core.target import load_class
 
     steps = [(load_class(path)(), options) for path, options in job.target.converters]
@@ -230,7 +232,8 @@ def conversion_pool(job) -> str:
         key = cache_key(art, conv, options, ctx)
         hit = cache._cached(cache.root / "artifacts" / key[:2] / key) if cache.use else None
         if hit is None:
-            return next((c.pool for c, _ in steps[i:] if c.pool), "")
+            pools = [c.pool for c, _ in steps[i:] if c.pool]
+            return TENSORFLOW if TENSORFLOW in pools else next(iter(pools), "")
         art = hit
     return ""
 

@@ -49,7 +49,7 @@ def enabled() -> bool:
 
 
 _lock = threading.Lock()
-#: the running zygote of each flavour ("" and ``tensorflow``: ``worker_zygote.FLAVOURS``)
+#: the running zygote of each flavour ("", ``tensorflow``, ``torch``: ``worker_zygote.FLAVOURS``)
 _zygotes: dict[str, Zygote] = {}
 #: the flavours whose zygote could not start or died: their workers start as fresh interpreters until :func:`shutdown`
 _broken: set[str] = set()

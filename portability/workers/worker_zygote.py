@@ -7,8 +7,8 @@ socket: for each job it forks a child that turns into the worker a fresh
 and, once it has reaped the child, its exit status.
 
 Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start threads) and onnxruntime
-(its import starts a thread) — except TensorFlow and Keras in the zygote of the ``tensorflow`` flavour, which serves
-the workers that import them (``FLAVOURS``). OpenBLAS starts its threads when numpy is imported: the zygote runs with
+(its import starts a thread) — except TensorFlow and Keras in the zygote of the ``tensorflow`` flavour and PyTorch in
+that of the ``torch`` flavour, which serve the workers that import them (``FLAVOURS``). OpenBLAS starts its threads when numpy is imported: the zygote runs with
 ``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread count a fresh interpreter would have chosen from
 the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
 ``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the
@@ -53,14 +53,24 @@ NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
 #: modules and TensorFlow (imported without the Keras optimizers it loads eagerly; ``runtimes/tf_savedmodel``), whose
 #: import starts no thread when OpenBLAS starts none; its thread pools are made on first use, in each worker
 TENSORFLOW = "tensorflow"
-FLAVOURS = ("", TENSORFLOW)
+#: a third for the workers that import PyTorch (a ``.pt2``'s reader, ``server/torch``, its exports to ONNX,
+#: ExecuTorch and Core ML: 2-2.5 s of import each): the same modules, PyTorch and ONNX Script (its ONNX exporter's),
+#: whose imports start no thread; PyTorch's thread pools are made on first use, in each worker
+TORCH = "torch"
+FLAVOURS = ("", TENSORFLOW, TORCH)
 #: ...then Keras 3 and tf-keras, where installed: onnx2tf's run imports both (tf-keras to build its model, Keras
 #: when the TFLite converter asks whether that model is Keras 3's), as do the Keras reader, ``server/keras`` and
 #: Keras's export — 1.5-2.5 s of each of those workers otherwise. Neither starts a thread at its import.
 TENSORFLOW_PRELOAD = ("keras", "tf_keras")
+TORCH_PRELOAD = ("torch", "onnxscript")
+#: what each flavour imports beyond the plain zygote's modules (where installed; TensorFlow's own first)
+FLAVOUR_MODULES = {TENSORFLOW: ("tensorflow", *TENSORFLOW_PRELOAD), TORCH: TORCH_PRELOAD}
 #: TensorFlow and Keras read these when they are imported (oneDNN's switch, the Keras backend...): a job of the
 #: TensorFlow zygote that changes one needs a fresh interpreter...
 TENSORFLOW_PREFIXES = READ_AT_IMPORT
+#: ...as PyTorch reads these (its allocator's, its logging's, its library paths) for one of PyTorch's
+TORCH_PREFIXES = ("TORCH_", "PYTORCH_")
+_READ_AT_IMPORT = {TENSORFLOW: TENSORFLOW_PREFIXES, TORCH: TORCH_PREFIXES}
 #: ...except its logging's (what it prints, not what it computes)
 TENSORFLOW_LOG_VARS = COSMETIC
 #: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
@@ -99,7 +109,7 @@ def _blas_threads_for(env: dict[str, str]) -> int:
 
 def startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
     """The part of ``env`` a worker forked from the zygote of ``flavour`` cannot change."""
-    prefixes = STARTUP_PREFIXES + (TENSORFLOW_PREFIXES if flavour == TENSORFLOW else ())
+    prefixes = STARTUP_PREFIXES + _READ_AT_IMPORT.get(flavour, ())
     return {k: v for k, v in env.items()
             if (k.startswith(prefixes) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS + TENSORFLOW_LOG_VARS}
 
@@ -134,10 +144,10 @@ def _preload(flavour: str = "") -> None:
         from portability.runtimes.tf_savedmodel import import_tensorflow_without_keras
 
         import_tensorflow_without_keras()
-        for name in TENSORFLOW_PRELOAD:
-            if importlib.util.find_spec(name) is not None:
-                importlib.import_module(name)
-    loaded = [m for m in NEVER if m in sys.modules and not (flavour == TENSORFLOW and m in ("tensorflow", *TENSORFLOW_PRELOAD))]
+    for name in FLAVOUR_MODULES.get(flavour, ()):
+        if name not in sys.modules and importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    loaded = [m for m in NEVER if m in sys.modules and m not in FLAVOUR_MODULES.get(flavour, ())]
     if loaded:
         raise PoolError(f"preloading imported {', '.join(loaded)}")
     if threading.active_count() != 1 or _threads() != 1:
@@ -363,7 +373,7 @@ def _become_worker(req: _Request, start_cwd: str) -> int:
 
 def main(argv: list[str]) -> int:
     """The zygote: ``python -m portability.workers.worker_zygote CONTROL_FD [LABEL [FLAVOUR]]`` (LABEL: what it
-    serves; FLAVOUR: ``tensorflow`` preloads TensorFlow too)."""
+    serves; FLAVOUR: ``tensorflow`` preloads TensorFlow and Keras too, ``torch`` PyTorch)."""
     ctl = socket.socket(fileno=int(argv[0]))
     ctl.set_inheritable(False)
     start_cwd = os.getcwd()
