@@ -27,7 +27,6 @@ from portability.converters.base import ConvertContext, Converter
 from portability.core.dirs import default_root  # noqa: F401  (re-exported: the cache's root)
 from portability.core.artifact import META_FILE, Artifact, is_meta, sha256_files, write_meta
 from portability.core.status import Status
-from portability.workers.worker_zygote import TENSORFLOW
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +232,7 @@ def conversion_pool(job) -> str:
         hit = cache._cached(cache.root / "artifacts" / key[:2] / key) if cache.use else None
         if hit is None:
             pools = [c.pool for c, _ in steps[i:] if c.pool]
-            return TENSORFLOW if TENSORFLOW in pools else next(iter(pools), "")
+            return "tensorflow" if "tensorflow" in pools else next(iter(pools), "")
         art = hit
     return ""
 

@@ -50,28 +50,19 @@ PRELOAD = ("numpy", "onnx", "onnx.helper", "onnx.numpy_helper", "onnx.reference"
 #: never in the zygote: heavy, and they start threads (only the targets that need them import them)
 NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
 #: a second zygote for the workers that import TensorFlow (``server/tf``: 2.5-3.5 s of import each): the same
-#: modules and TensorFlow (imported without the Keras optimizers it loads eagerly; ``runtimes/tf_savedmodel``), whose
-#: import starts no thread when OpenBLAS starts none; its thread pools are made on first use, in each worker
-TENSORFLOW = "tensorflow"
-#: a third for the workers that import PyTorch (a ``.pt2``'s reader, ``server/torch``, its exports to ONNX,
-#: ExecuTorch and Core ML: 2-2.5 s of import each): the same modules, PyTorch and ONNX Script (its ONNX exporter's),
-#: whose imports start no thread; PyTorch's thread pools are made on first use, in each worker
-TORCH = "torch"
+#: modules, TensorFlow (imported without the Keras optimizers it loads eagerly; ``runtimes/tf_savedmodel``), then
+#: Keras 3 and tf-keras (onnx2tf's run imports both, as do the Keras reader, ``server/keras`` and Keras's export:
+#: 1.5-2.5 s more); a third for those that import PyTorch (a ``.pt2``'s reader, ``server/torch``, its exports to
+#: ONNX, ExecuTorch and Core ML: 2-2.5 s each): PyTorch and ONNX Script (its ONNX exporter's). None of those imports
+#: starts a thread when OpenBLAS starts none; their thread pools are made on first use, in each worker
+TENSORFLOW, TORCH = "tensorflow", "torch"
 FLAVOURS = ("", TENSORFLOW, TORCH)
-#: ...then Keras 3 and tf-keras, where installed: onnx2tf's run imports both (tf-keras to build its model, Keras
-#: when the TFLite converter asks whether that model is Keras 3's), as do the Keras reader, ``server/keras`` and
-#: Keras's export — 1.5-2.5 s of each of those workers otherwise. Neither starts a thread at its import.
-TENSORFLOW_PRELOAD = ("keras", "tf_keras")
-TORCH_PRELOAD = ("torch", "onnxscript")
-#: what each flavour imports beyond the plain zygote's modules (where installed; TensorFlow's own first)
-FLAVOUR_MODULES = {TENSORFLOW: ("tensorflow", *TENSORFLOW_PRELOAD), TORCH: TORCH_PRELOAD}
-#: TensorFlow and Keras read these when they are imported (oneDNN's switch, the Keras backend...): a job of the
-#: TensorFlow zygote that changes one needs a fresh interpreter...
-TENSORFLOW_PREFIXES = READ_AT_IMPORT
-#: ...as PyTorch reads these (its allocator's, its logging's, its library paths) for one of PyTorch's
-TORCH_PREFIXES = ("TORCH_", "PYTORCH_")
-_READ_AT_IMPORT = {TENSORFLOW: TENSORFLOW_PREFIXES, TORCH: TORCH_PREFIXES}
-#: ...except its logging's (what it prints, not what it computes)
+#: what each flavour imports beyond the plain zygote's modules, where installed
+FLAVOUR_MODULES = {TENSORFLOW: ("tensorflow", "keras", "tf_keras"), TORCH: ("torch", "onnxscript")}
+#: what TensorFlow and Keras (``converters.forked``), or PyTorch, read when imported (oneDNN's switch, the Keras
+#: backend, PyTorch's allocator...): a job of that zygote that changes one needs a fresh interpreter...
+_READ_AT_IMPORT = {TENSORFLOW: READ_AT_IMPORT, TORCH: ("TORCH_", "PYTORCH_")}
+#: ...except TensorFlow's logging's (what it prints, not what it computes)
 TENSORFLOW_LOG_VARS = COSMETIC
 #: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
 #: encodings, the dynamic loader, malloc, numpy, OpenBLAS): a job that changes one needs a fresh interpreter
