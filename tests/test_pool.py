@@ -95,6 +95,13 @@ def test_a_tensorflow_worker_forks_from_the_zygote_that_imported_it(tmp_path, po
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # read by Keras at its import: a fresh interpreter
     assert _run(tmp_path, tf_job, "keras").details["echo"]["ppid"] == os.getpid()
     monkeypatch.delenv("KERAS_BACKEND")
+    # Keras's folder (a sandboxed process's own, empty): the same zygote, unless its keras.json says otherwise
+    (tmp_path / "keras_home").mkdir()
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    assert _run(tmp_path, tf_job, "keras_home").details["echo"]["ppid"] == zygote.pid
+    (tmp_path / "keras_home" / "keras.json").write_text('{"image_data_format": "channels_first"}')
+    assert _run(tmp_path, tf_job, "keras_json").details["echo"]["ppid"] == os.getpid()
+    monkeypatch.delenv("KERAS_HOME")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     fresh = _run(tmp_path, tf_job, "tf3").details["echo"]
     assert fresh["ppid"] == os.getpid() and fresh["tensorflow"] is False

@@ -15,6 +15,7 @@ imported already. Otherwise ``run_tool`` starts the interpreter as before.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +29,27 @@ READ_AT_IMPORT = ("TF_", "KERAS_")
 #: ...of which these are read by TensorFlow's logging only: a different value changes what it prints, not what it
 #: computes
 COSMETIC = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")
+#: Keras's folder, where it reads its settings (``keras.json``) at import: a sandboxed process gets an empty one of
+#: its own (``core.sandbox.private_env``), so what matters is the settings, not the folder (``keras_settings``)
+KERAS_HOME = "KERAS_HOME"
+_KERAS_DEFAULTS = {"floatx": "float32", "epsilon": 1e-07, "backend": "tensorflow", "image_data_format": "channels_last"}
+
+
+def keras_settings(env: dict[str, str]) -> str:
+    """The settings Keras reads from its ``keras.json`` when imported in a process of ``env`` (``$KERAS_HOME``,
+    else ``~/.keras``): its defaults where there is no such file, as JSON."""
+    home = env.get(KERAS_HOME)
+    if home is None:
+        base = env.get("HOME") or os.path.expanduser("~")
+        home = os.path.join(base if os.access(base, os.W_OK) else "/tmp", ".keras")
+    settings = dict(_KERAS_DEFAULTS)
+    try:
+        with open(os.path.join(os.path.expanduser(home), "keras.json")) as f:
+            found = json.load(f)
+        settings.update({k: v for k, v in found.items() if k in (*_KERAS_DEFAULTS, "nnx_enabled")} if isinstance(found, dict) else {})
+    except (OSError, ValueError):
+        pass
+    return json.dumps(settings, sort_keys=True)
 
 
 def _threads() -> int:
@@ -77,8 +99,10 @@ def why_not(cmd: list[str], env: dict[str, str]) -> str | None:
         return f"{_own_threads()} threads besides the main one run here"
     if _tensorflow_started():
         return "TensorFlow's runtime is started here"
-    changed = [k for k in set(env) | set(os.environ) if k.startswith(READ_AT_IMPORT) and k not in COSMETIC
+    changed = [k for k in set(env) | set(os.environ) if k.startswith(READ_AT_IMPORT) and k not in (*COSMETIC, KERAS_HOME)
                and env.get(k) != os.environ.get(k)]
+    if "keras" in sys.modules and keras_settings(env) != keras_settings(dict(os.environ)):
+        changed.append(f"{KERAS_HOME} (its keras.json)")
     if changed:
         return f"the command changes {', '.join(sorted(changed))}, which TensorFlow or Keras read at its import"
     if env.get("PYTHONPATH", "") != os.environ.get("PYTHONPATH", "") and _shadowed(env.get("PYTHONPATH", "")):

@@ -7,10 +7,10 @@ socket: for each job it forks a child that turns into the worker a fresh
 and, once it has reaped the child, its exit status.
 
 Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start threads) and onnxruntime
-(its import starts a thread) — except TensorFlow and Keras in the zygote of the ``tensorflow`` flavour and PyTorch in
-that of the ``torch`` flavour, which serve the workers that import them (``FLAVOURS``). OpenBLAS starts its threads when numpy is imported: the zygote runs with
-``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread count a fresh interpreter would have chosen from
-the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
+(its import starts a thread) — except TensorFlow and Keras in the zygote of the ``tensorflow`` flavour and PyTorch
+in that of the ``torch`` flavour, which serve the workers that import them (``FLAVOURS``). OpenBLAS starts its
+threads when numpy is imported: the zygote runs with ``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread
+count a fresh interpreter would have chosen from the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
 ``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the
 parent starts a job whose environment differs from the zygote's in one of them as a fresh interpreter
 (``startup_env``). No module imported here reads the environment at import time (the worker's job
@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from portability.converters.forked import COSMETIC, READ_AT_IMPORT
+from portability.converters.forked import COSMETIC, KERAS_HOME, READ_AT_IMPORT, keras_settings
 from portability.core.blas import blas_threads, openblas as _openblas  # noqa: F401  (blas_threads: the tests read it here)
 
 #: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``, then
@@ -101,8 +101,9 @@ def _blas_threads_for(env: dict[str, str]) -> int:
 def startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
     """The part of ``env`` a worker forked from the zygote of ``flavour`` cannot change."""
     prefixes = STARTUP_PREFIXES + _READ_AT_IMPORT.get(flavour, ())
-    return {k: v for k, v in env.items()
-            if (k.startswith(prefixes) or k in STARTUP_VARS) and k not in BLAS_THREAD_VARS + TENSORFLOW_LOG_VARS}
+    keras = {"keras.json": keras_settings(env)} if flavour == TENSORFLOW else {}
+    return {k: v for k, v in env.items() if (k.startswith(prefixes) or k in STARTUP_VARS)
+            and k not in BLAS_THREAD_VARS + TENSORFLOW_LOG_VARS + (KERAS_HOME,)} | keras
 
 
 # -- the zygote -------------------------------------------------------------------------------------------
