@@ -8,10 +8,10 @@ instead of a fresh interpreter. The child is what the fresh interpreter would be
 together, the exit status of ``sys.exit``; it inherits the worker's OS sandbox, as a subprocess does.
 
 Only where that is the same program: the worker has no thread but its main one and OpenBLAS's (a fork copies
-one thread, and a lock another one held stays held; OpenBLAS stops its own threads around a fork), TensorFlow has not started its runtime (its thread pools), the command's
-environment changes no ``TF_*`` or ``KERAS_*`` variable TensorFlow or Keras read at its import
-(``TF_ENABLE_ONEDNN_OPTS``: the TF.js converter's run keeps its own interpreter), and no module the command's ``PYTHONPATH`` would give it is
-imported already. Otherwise ``run_tool`` starts the interpreter as before.
+one thread, and a lock another one held stays held; OpenBLAS stops its own threads around a fork), TensorFlow has
+not started its runtime (its thread pools), the command's environment changes no ``TF_*`` or ``KERAS_*`` variable
+TensorFlow or Keras read at its import (``TF_ENABLE_ONEDNN_OPTS``: the TF.js converter's run keeps its own
+interpreter) nor Keras's settings, and no module the command's ``PYTHONPATH`` would give it is imported already. Otherwise ``run_tool`` starts the interpreter as before.
 """
 from __future__ import annotations
 
@@ -42,14 +42,14 @@ def keras_settings(env: dict[str, str]) -> str:
     if home is None:
         base = env.get("HOME") or os.path.expanduser("~")
         home = os.path.join(base if os.access(base, os.W_OK) else "/tmp", ".keras")
-    settings = dict(_KERAS_DEFAULTS)
     try:
         with open(os.path.join(os.path.expanduser(home), "keras.json")) as f:
             found = json.load(f)
-        settings.update({k: v for k, v in found.items() if k in (*_KERAS_DEFAULTS, "nnx_enabled")} if isinstance(found, dict) else {})
     except (OSError, ValueError):
-        pass
-    return json.dumps(settings, sort_keys=True)
+        found = {}
+    found = found if isinstance(found, dict) else {}
+    read = {k: found[k] for k in (*_KERAS_DEFAULTS, "nnx_enabled") if k in found}  # the keys Keras reads
+    return json.dumps({**_KERAS_DEFAULTS, **read}, sort_keys=True)
 
 
 def _threads() -> int:
@@ -99,8 +99,8 @@ def why_not(cmd: list[str], env: dict[str, str]) -> str | None:
         return f"{_own_threads()} threads besides the main one run here"
     if _tensorflow_started():
         return "TensorFlow's runtime is started here"
-    changed = [k for k in set(env) | set(os.environ) if k.startswith(READ_AT_IMPORT) and k not in (*COSMETIC, KERAS_HOME)
-               and env.get(k) != os.environ.get(k)]
+    changed = [k for k in set(env) | set(os.environ) if k.startswith(READ_AT_IMPORT)
+               and k not in (*COSMETIC, KERAS_HOME) and env.get(k) != os.environ.get(k)]
     if "keras" in sys.modules and keras_settings(env) != keras_settings(dict(os.environ)):
         changed.append(f"{KERAS_HOME} (its keras.json)")
     if changed:

@@ -6,7 +6,8 @@ onnx2tf simplifies a model by running the ``onnxsim`` command three times in a r
 two thirds of a small model's conversion. Here those commands go to one helper process that imports onnxsim
 once — without PyTorch, which none of its passes uses — while onnx2tf imports TensorFlow, and runs onnxsim's own
 command-line entry with the same arguments: the same passes, the same files (byte for byte), a failure still
-onnx2tf's warning as before, a helper that dies replaced for the next pass. Everything else is onnx2tf's ``main`` as ``python -m onnx2tf`` runs it.
+onnx2tf's warning as before, a helper that dies replaced for the next pass. Everything else is onnx2tf's ``main``
+as ``python -m onnx2tf`` runs it.
 
 Asked (``DESCRIBE``), it then describes the files onnx2tf wrote — each float ``.tflite`` file's layout and the
 SavedModel's, the latter probed by TensorFlow — which the converter would otherwise do in a process that imports

@@ -1,8 +1,8 @@
 """OrtFromOnnx: the ONNX model in ORT format (``.ort``), what ONNX Runtime Mobile loads on a phone.
 
 Runs ``python -m onnxruntime.tools.convert_onnx_models_to_ort`` (``Fixed`` optimizations for
-``--target_platform arm``, the phone's; without PyTorch: ``ort_tools``) on a copy, and records ORT Mobile's static NNAPI / CoreML
-coverage — the analysis of ``python -m onnxruntime.tools.check_onnx_model_mobile_usability`` (nodes
+``--target_platform arm``, the phone's; without PyTorch: ``ort_tools``) on a copy, and records ORT Mobile's static
+NNAPI / CoreML coverage — the analysis of ``python -m onnxruntime.tools.check_onnx_model_mobile_usability`` (nodes
 covered, partitions, verdict per execution provider) — in ``meta["mobile_usability"]``. That analysis
 needs fixed shapes: symbolic dimensions are fixed on a private copy first, with
 ``make_dynamic_shape_fixed``'s helpers, and the fixed shapes are recorded. A model with dynamic input dims

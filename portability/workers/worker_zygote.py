@@ -10,11 +10,12 @@ Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start
 (its import starts a thread) — except TensorFlow and Keras in the zygote of the ``tensorflow`` flavour and PyTorch
 in that of the ``torch`` flavour, which serve the workers that import them (``FLAVOURS``). OpenBLAS starts its
 threads when numpy is imported: the zygote runs with ``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread
-count a fresh interpreter would have chosen from the job's environment. Variables read when an interpreter or a preloaded library starts (``PYTHON*``,
-``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...) cannot change in a forked child: the
-parent starts a job whose environment differs from the zygote's in one of them as a fresh interpreter
-(``startup_env``). No module imported here reads the environment at import time (the worker's job
-environment is read when used).
+count a fresh interpreter would have chosen from the job's environment. Variables read when an interpreter or a
+preloaded library starts (``PYTHON*``, ``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...)
+cannot change in a forked child: the parent starts a job whose environment differs from the zygote's in one of them
+as a fresh interpreter (``startup_env``). No other module imported here reads the environment at import time (the
+worker's job environment is read when used) but TensorFlow, Keras and PyTorch, whose variables (and Keras's
+settings file) ``startup_env`` counts with those.
 
 It stops on end of file on the control socket (its parent closed it, or died), when its parent process
 changes (looked at every second) and on SIGTERM; stopping kills the process group of every worker it has.
