@@ -11,10 +11,19 @@ round). Side B: the simplest single-runtime check a user can run: ``polygraphy r
 Polygraphy is installed, else a bare script that opens an onnxruntime session and runs it once (Python
 start-up and imports included, as for A). Rounds alternate A, A0 and B; medians and their ratios are printed.
 Goal on a 2-core machine with the fixture LeNet: A ≤ 5 s warm.
+
+Also printed, for A, the two bounds below which no scheduling can bring it on this machine: the CPU the whole
+machine spent busy during the check (the check's, the resident session's, the browsers' and the emulator's
+processes: run it on a quiet machine) over its cores, and the work that runs one target after another — the
+timing (each target alone, by design) after the longest chain of correctness work of one group of targets that
+share a process (``Runtime.contends``: a browser's GPU process), from the report's ``details.phases_s``.
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -42,17 +51,39 @@ def timed(cmd: list[str], env: dict | None = None) -> float:
     return dt
 
 
-def _counts(report: Path) -> tuple[int, int]:
-    import json
+def cpu_busy_s() -> float:
+    """Seconds of CPU time the whole machine has spent busy since it started (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
+
+def serial_work(report: Path) -> tuple[float, float, str]:
+    """From a check's report: the seconds its targets spent timing (one at a time), the longest sum of the
+    correctness work (start, convert, load, infer) of the targets of one group (they work one at a time) and
+    that group's name."""
+    from portability.core.target import load_class
+    from portability.targets import registry
+
+    reg, timing, chains = registry(), 0.0, collections.Counter()
+    for t in json.loads(report.read_text())["targets"]:
+        phases = (t.get("details") or {}).get("phases_s") or {}
+        timing += phases.get("time", 0.0)
+        target = reg.get(t["id"])
+        group = load_class(target.runtime).facts(target.options).contends if target else None
+        if group:
+            chains[group] += sum(phases.get(k, 0.0) for k in ("start", "convert", "load", "infer"))
+    group, chain = chains.most_common(1)[0] if chains else ("", 0.0)
+    return timing, chain, group
+
+
+def _counts(report: Path) -> tuple[int, int]:
     targets = json.loads(report.read_text())["targets"]
     skipped = sum(t["status"] == "skipped" for t in targets)
     return len(targets) - skipped, skipped
 
 
 def main() -> None:
-    import os
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", default=str(ROOT / "fixtures" / "lenet.onnx"))
     ap.add_argument("--targets", default="all")
@@ -81,17 +112,23 @@ def main() -> None:
         first = timed(check, resident)  # fills the cache and starts the resident session
         print(f"first check (starts the resident session{'' if args.cold else ', fills the cache'}): {first:.1f} s", flush=True)
         ran, skipped = _counts(report) if report.is_file() else ("?", "?")
-        a, a0, b = [], [], []
+        a, a0, b, busy, timing, chain = [], [], [], [], [], []
         for i in range(args.rounds):
             if args.cold:
                 shutil.rmtree(cache, ignore_errors=True)
+            c0 = cpu_busy_s()
             a.append(timed(check, resident))
+            busy.append(cpu_busy_s() - c0)
             ran, skipped = _counts(report)
+            t, c, group = serial_work(report)
+            timing.append(t)
+            chain.append(c)
             if args.cold:
                 shutil.rmtree(cache, ignore_errors=True)
             a0.append(timed(check, own))
             b.append(timed(bare))
-            print(f"round {i + 1}: check {a[-1]:.1f} s (resident), {a0[-1]:.1f} s (--resident off), "
+            print(f"round {i + 1}: check {a[-1]:.1f} s (resident; the machine's CPU busy {busy[-1]:.1f} s, timing "
+                  f"{timing[-1]:.1f} s, {group or 'no group'} {chain[-1]:.1f} s), {a0[-1]:.1f} s (--resident off), "
                   f"{'polygraphy' if polygraphy else 'bare onnxruntime'} {b[-1]:.2f} s", flush=True)
     finally:
         subprocess.run([sys.executable, "-m", "portability", "serve", "--stop"], env=resident, capture_output=True)
@@ -104,6 +141,10 @@ def main() -> None:
     print(f"{'cold' if args.cold else 'warm'} cache, {args.targets}: check median {ma:.1f} s with the resident session "
           f"(min {min(a):.1f}, max {max(a):.1f}), {ma0:.1f} s without (min {min(a0):.1f}, max {max(a0):.1f}); "
           f"{bare_name} median {mb:.2f} s; ratios {ma / mb:.1f}x and {ma0 / mb:.1f}x; resident/own {ma / ma0:.2f}")
+    cores, mbusy, mt, mc = os.cpu_count() or 1, statistics.median(busy), statistics.median(timing), statistics.median(chain)
+    print(f"bounds of the resident check (medians): the machine's CPU busy {mbusy:.1f} s over {cores} cores, at least "
+          f"{mbusy / cores:.1f} s; one target after another: {group or 'no group'}'s correctness work {mc:.1f} s, then "
+          f"the timing {mt:.1f} s, at least {mc + mt:.1f} s")
 
 
 if __name__ == "__main__":
