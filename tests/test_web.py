@@ -330,6 +330,39 @@ def test_server_serves_only_its_files_with_isolation_headers(tmp_path):
         urllib.request.urlopen(url, timeout=5)  # closed: nothing listens any more
 
 
+@pytest.mark.parametrize("which", ["harness", "bundle"])
+def test_the_servers_send_a_response_body_without_waiting_for_the_pages_ack(tmp_path, monkeypatch, which):
+    """A response is two writes (its headers, its body): with Nagle's algorithm on, the body of every answer on
+    a kept-alive connection waited for the page's delayed ACK (40 ms a blob, several per target)."""
+    import socket
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler
+
+    from portability.bundle.serve import BundleServer
+    from portability.web.server import HarnessServer
+
+    nodelay: list[int] = []
+    setup = BaseHTTPRequestHandler.setup
+
+    def recording_setup(self):
+        setup(self)
+        nodelay.append(self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    monkeypatch.setattr(BaseHTTPRequestHandler, "setup", recording_setup)
+    (tmp_path / "index.html").write_text("<html>")
+    if which == "harness":
+        with HarnessServer(tmp_path, tmp_path) as srv:
+            url = srv.put_blob("in-0", b"abc")
+            assert urllib.request.urlopen(url, timeout=10).read() == b"abc"
+    else:
+        srv = BundleServer(tmp_path).start()
+        try:
+            assert urllib.request.urlopen(srv.url, timeout=10).read() == b"<html>"
+        finally:
+            srv.close()
+    assert nodelay and all(nodelay), nodelay
+
+
 def test_a_model_with_five_outputs_of_one_shape_gets_each_back_in_the_browser(tmp_path):
     """GPT-2 with its cache gives five outputs, four of one shape. The TF.js converter numbers a SavedModel's
     outputs (output_0...) in an order of its own and assigns those keys to the graph's nodes in yet another:

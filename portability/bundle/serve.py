@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 class _Handler(BaseHTTPRequestHandler):
     root: Path
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the headers and the body are two writes (``web/server.py``)
 
     def log_message(self, fmt, *args) -> None:
         log.debug("bundle http: " + fmt, *args)

@@ -140,6 +140,9 @@ class HarnessServer:
 class _Handler(BaseHTTPRequestHandler):
     owner: HarnessServer
     protocol_version = "HTTP/1.1"
+    # a response is its headers, then its body, in two writes: with Nagle's algorithm the body waits for the
+    # page's delayed ACK of the headers (40 ms on Linux) on a kept-alive connection
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args) -> None:  # library code logs, never prints
         log.debug("http: " + fmt, *args)
