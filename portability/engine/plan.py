@@ -102,13 +102,18 @@ def plan(source_format: str, target: Target, via: str | None = None) -> Plan:
         raise NoRoute(f"no converter reads {source_format} sources")
     wants = runtime_formats(target)
     best: tuple | None = None
+    out_of: dict[str, list[Edge]] = {}
+    for e in edges():
+        if not e.snapshot and not (e.on_request and via != e.name):
+            out_of.setdefault(e.src, []).append(e)
 
     def walk(fmt: str, taken: list[Edge], passed: bool) -> None:
         nonlocal best
-        if len(taken) > _MAX_STEPS:
+        # a longer chain never beats the best found (the shortest wins): nor do the chains that extend it
+        if len(taken) > _MAX_STEPS or (best is not None and len(taken) >= best[0][0]):
             return
-        for e in edges():
-            if e.snapshot or e.src != fmt or e in taken or (e.on_request and via != e.name):
+        for e in out_of.get(fmt, ()):
+            if e in taken:
                 continue
             now = taken + [e]
             ok = passed or via in (e.dst, e.name)
