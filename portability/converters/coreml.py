@@ -37,10 +37,17 @@ def _failed(what: str, e: Exception) -> ConvertError:
     return ConvertError(msg, op=op)
 
 
-def _import_ct():
+def _import_ct(torch: bool = True):
+    """Core ML Tools; ``torch=False``: imported with PyTorch hidden (``converters/torchless``): its TensorFlow
+    frontend then converts without PyTorch's and torchao's import (5-9 s), to the same program and weights."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import coremltools as ct
+    if torch:
+        import coremltools as ct
+    else:
+        from portability.converters.torchless import torch_hidden
 
+        with torch_hidden():
+            import coremltools as ct
     return ct
 
 
@@ -100,7 +107,7 @@ class CoremlFromSavedModel(Converter):
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require({"tensorflow": "pip install tensorflow-cpu", **_HINT}, "to convert to Core ML")
-        ct = _import_ct()
+        ct = _import_ct(torch=False)
         import tensorflow as tf
 
         with tempfile.TemporaryDirectory(prefix="portability-coreml-") as tmp:

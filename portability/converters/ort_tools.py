@@ -7,10 +7,11 @@ in the ORT format converter's process. Hidden from that import, PyTorch is never
 has imported PyTorch already keeps it."""
 from __future__ import annotations
 
-import contextlib
 import importlib
 import sys
 from types import ModuleType
+
+from portability.converters.torchless import torch_hidden
 
 #: ``python -c`` this, then a tool module's name and its arguments: the module run as ``python -m`` runs it, its
 #: package imported without PyTorch
@@ -22,21 +23,9 @@ RUN_WITHOUT_TORCH = (
 )
 
 
-@contextlib.contextmanager
-def _torch_hidden():
-    hide = "torch" not in sys.modules
-    if hide:
-        sys.modules["torch"] = None  # an import of it fails; importlib.util.find_spec("torch") is None
-    try:
-        yield
-    finally:
-        if hide and "torch" in sys.modules and sys.modules["torch"] is None:
-            del sys.modules["torch"]
-
-
 def ort_tool(module: str) -> ModuleType:
     """``onnxruntime.tools.<module>``, its package imported without PyTorch (unless imported already)."""
-    with _torch_hidden():
+    with torch_hidden():
         return importlib.import_module(f"onnxruntime.tools.{module}")
 
 
