@@ -37,17 +37,15 @@ def _failed(what: str, e: Exception) -> ConvertError:
     return ConvertError(msg, op=op)
 
 
-def _import_ct(torch: bool = True):
-    """Core ML Tools; ``torch=False``: imported with PyTorch hidden (``converters/torchless``): its TensorFlow
-    frontend then converts without PyTorch's and torchao's import (5-9 s), to the same program and weights."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if torch:
-        import coremltools as ct
-    else:
-        from portability.converters.torchless import torch_hidden
+def _import_ct():
+    """Core ML Tools, imported with PyTorch hidden (``converters/torchless``) unless PyTorch is imported already (a
+    PyTorch program's conversion): a SavedModel's conversion then goes without PyTorch's and torchao's import
+    (5-9 s), to the same program and weights."""
+    from portability.converters.torchless import torch_hidden
 
-        with torch_hidden():
-            import coremltools as ct
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with torch_hidden():
+        import coremltools as ct
     return ct
 
 
@@ -107,7 +105,7 @@ class CoremlFromSavedModel(Converter):
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         require({"tensorflow": "pip install tensorflow-cpu", **_HINT}, "to convert to Core ML")
-        ct = _import_ct(torch=False)
+        ct = _import_ct()
         import tensorflow as tf
 
         with tempfile.TemporaryDirectory(prefix="portability-coreml-") as tmp:
