@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any, Callable
 
 from portability.core.errors import RunError
-from portability.web.cdp import CDPError, Connection, browser_ws_url
+from portability.web.cdp import CDPError, Connection
 from portability.web.chromium import ARGS, WEBGPU_ARGS, Chromium, short_tmp  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Browser:
         try:
             if not self.endpoint:
                 self._chromium = Chromium(self.webgpu, self.extra_args)
-            self._conn = Connection(browser_ws_url(self.endpoint or self._chromium.endpoint), on_event=self._on_event)
+            self._conn = Connection(self.endpoint or self._chromium.endpoint, on_event=self._on_event)
             if context:
                 self.own_context()
         except BaseException:
@@ -122,7 +122,7 @@ class Browser:
     def detach(self) -> None:
         """Leave the page as it is (kept for a later driver) and forget it."""
         target, session, self._target, self._session = self._target, self._session, None, None
-        if session is not None and self._conn is not None and not self._conn.ws.closed:
+        if session is not None and self._conn is not None and not self._conn.link.closed:
             try:
                 self._conn.call("Target.detachFromTarget", {"sessionId": session}, timeout=CLOSE_TIMEOUT_S)
             except CDPError:
@@ -235,7 +235,7 @@ class Browser:
 
     def _close_target(self) -> None:
         target, self._target, self._session = self._target, None, None
-        if target is not None and self._conn is not None and not self._conn.ws.closed:
+        if target is not None and self._conn is not None and not self._conn.link.closed:
             try:
                 self._conn.call("Target.closeTarget", {"targetId": target}, timeout=CLOSE_TIMEOUT_S)
             except CDPError:
@@ -243,7 +243,7 @@ class Browser:
 
     def _dispose(self) -> None:
         context, self._context, self._target, self._session = self._context, None, None, None
-        if context is not None and self._conn is not None and not self._conn.ws.closed:
+        if context is not None and self._conn is not None and not self._conn.link.closed:
             self._conn.call("Target.disposeBrowserContext", {"browserContextId": context}, timeout=CLOSE_TIMEOUT_S)
 
     def _disconnect(self) -> None:

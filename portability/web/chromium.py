@@ -1,5 +1,6 @@
-"""Launching headless Debian Chromium with its DevTools port open: the flags every web target uses, a
-fresh temporary profile per browser, and a stop that takes every process the browser started with it.
+"""Launching headless Debian Chromium with DevTools on a pipe: the flags every web target uses, a fresh
+private profile per browser (0700, where its DevTools socket lives: ``web/relay.py``), and a stop that takes
+every process the browser started with it. The browser opens no TCP port of its own.
 """
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 from portability.core.shared import stop_group
 from portability.web.paths import chromium_path
@@ -42,17 +42,20 @@ START_TIMEOUT_S = 30.0
 #: Chromium runs under this shell, whose stdin is a pipe from the process that started it. When that process
 #: is gone (even SIGKILLed), the pipe's end stops the browser and every process it started (they stay in the
 #: shell's process group), from a session of its own (``setsid``), which then removes the profile once
-#: nothing writes there any more. The shell also ends when the browser does.
-LIFELINE = """exec 3<&0 0</dev/null
-"$@" 3<&- &
+#: nothing writes there any more. The shell also ends when the browser does. The DevTools pipe's two ends
+#: arrive as the shell's stderr (the browser's commands) and stdout (its replies), and become the browser's
+#: fds 3 and 4; the shell keeps neither, so the browser's end is the only one.
+LIFELINE = """exec 9<&0 0</dev/null
+"$@" 3<&2 4>&1 1>/dev/null 2>/dev/null 9<&- &
 b=$!
-(read _ <&3
+exec 1>/dev/null 2>/dev/null
+(read _ <&9
  if command -v setsid >/dev/null; then
-   setsid sh -c 'kill -9 -"$0"; sleep 0.3; rm -rf "$1"' $$ "$PORTABILITY_PROFILE" 3<&- &
+   setsid sh -c 'kill -9 -"$0"; sleep 0.3; rm -rf "$1"' $$ "$PORTABILITY_PROFILE" 9<&- &
  else
    kill -9 $b; sleep 0.3; rm -rf "$PORTABILITY_PROFILE"; kill -9 0
  fi) &
-exec 3<&-
+exec 9<&-
 wait $b
 kill -9 0
 """
@@ -67,40 +70,61 @@ def short_tmp() -> str | None:
 
 
 class Chromium:
-    """A running headless Chromium in a fresh profile; ``endpoint`` is its DevTools HTTP address
-    (``http://127.0.0.1:PORT``). ``stop()`` kills its whole process group and removes the profile."""
+    """A running headless Chromium in a fresh profile; ``endpoint`` is its DevTools socket (``unix:PATH``,
+    in the profile folder). ``stop()`` kills its whole process group and removes the profile."""
 
     def __init__(self, webgpu: bool = False, extra_args: list[str] | None = None):
-        self.profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=short_tmp())
-        args = [chromium_path(), "--headless=new", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-                f"--user-data-dir={self.profile}", *ARGS, *(WEBGPU_ARGS if webgpu else []), *(extra_args or []),
-                "about:blank"]
+        from portability.web.relay import DevToolsRelay
+
+        self.profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=short_tmp())  # 0700
+        self.relay: DevToolsRelay | None = None
+        args = [chromium_path(), "--headless=new", "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
+                *ARGS, *(WEBGPU_ARGS if webgpu else []), *(extra_args or []), "about:blank"]
+        commands, replies = os.pipe(), os.pipe()  # (read, write) each
         try:
             self.proc = subprocess.Popen(["/bin/sh", "-c", LIFELINE, "sh", *args], stdin=subprocess.PIPE,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                         stdout=replies[1], stderr=commands[0], start_new_session=True,
                                          env={**os.environ, "TMPDIR": self.profile,  # keeps its socket path short
                                               "PORTABILITY_PROFILE": self.profile})
         except BaseException:
+            for fd in (*commands, *replies):
+                os.close(fd)
             shutil.rmtree(self.profile, ignore_errors=True)
             raise
+        os.close(commands[0])
+        os.close(replies[1])
         try:
-            self.endpoint = self._wait_endpoint()
+            self.relay = DevToolsRelay(commands[1], replies[0], os.path.join(self.profile, "devtools"))
+            self.endpoint = self.relay.endpoint
+            self._wait_ready()
         except BaseException:
+            if self.relay is None:
+                os.close(commands[1])
+                os.close(replies[0])
             self.stop()
             raise
 
-    def _wait_endpoint(self) -> str:
-        port_file = Path(self.profile) / "DevToolsActivePort"
+    def _wait_ready(self) -> None:
+        """Wait until the browser answers on its pipe (or fails to start)."""
+        from portability.web.cdp import Connection
+
         deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Chromium exited at start (code {self.proc.returncode})")
-            try:
-                port = port_file.read_text().split()[0]
-                return f"http://127.0.0.1:{int(port)}"
-            except (OSError, IndexError, ValueError):
-                time.sleep(0.02)
-        raise RuntimeError(f"Chromium did not open its DevTools port within {START_TIMEOUT_S:g} s")
+        conn = Connection(self.endpoint)
+        try:
+            cid = conn.send("Browser.getVersion")
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"Chromium exited at start (code {self.proc.returncode})")
+                try:
+                    conn.wait(cid, timeout=0.1)
+                    return
+                except TimeoutError:
+                    continue
+                except ConnectionError:
+                    time.sleep(0.1)  # its pipe closed: the process's exit follows
+        finally:
+            conn.close()
+        raise RuntimeError(f"Chromium did not answer on its DevTools pipe within {START_TIMEOUT_S:g} s")
 
     @property
     def pid(self) -> int:
@@ -110,5 +134,7 @@ class Chromium:
         return self.proc.poll() is None
 
     def stop(self) -> None:
+        if self.relay is not None:
+            self.relay.close()
         stop_group(self.proc)  # the browser and every renderer / GPU process it started
         shutil.rmtree(self.profile, ignore_errors=True)

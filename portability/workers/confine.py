@@ -1,11 +1,11 @@
 """What the OS sandbox (``core.sandbox``) of each process of a check allows: its workers and the services
 that read model content. Every such process reads the model's folder, the run's folder, the cache and the
 provisioned environments (the ARM64 root file system, MXNet's venv, the converters that live apart); a worker writes its own folder, and
-the cache's artifact store only while it converts; a web worker reaches its browser's DevTools port."""
+the cache's artifact store only while it converts; a web worker reaches its browser's DevTools socket (a Unix
+socket in the browser's private profile folder) and serves its page on a loopback port of its own."""
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from portability.core.sandbox import Sandbox
 
@@ -38,13 +38,7 @@ def worker(mode: str, read: tuple[str, ...], wdir: Path, cache_dir: Path | None,
     this sandbox gives: unsandboxed then, unless the sandbox is required."""
     artifacts = cache_root(cache_dir) / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
-    ports: tuple[int, ...] = ()
-    if network == "browser":
-        endpoint = next(iter(services.values()), None)
-        if endpoint:
-            ports = (int(urlsplit(endpoint).port or 0),)
-        elif mode == "auto":
-            mode = "off"
+    if network == "browser" and not services and mode == "auto":
+        mode = "off"
     return Sandbox(mode=mode, read=read, write=(str(wdir),),
-                   write_until_narrowed=(str(artifacts),) if use_cache else (), connect_ports=ports,
-                   bind=network == "browser").to_dict()
+                   write_until_narrowed=(str(artifacts),) if use_cache else (), bind=network == "browser").to_dict()
