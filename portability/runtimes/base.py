@@ -64,7 +64,7 @@ class Runtime(ABC):
     #: compilation): the check starts the costly ones first, so that the cores stay busy to the end
     cost_s: ClassVar[float] = 0.3
     #: what its worker may reach over the network in the OS sandbox (``core.sandbox``): "none", or
-    #: "browser" (its shared browser's DevTools port, and a loopback port of its own for the page's files)
+    #: "browser" (its shared browser's DevTools socket, and a loopback port of its own for the page's files)
     network: ClassVar[str] = "none"
     #: the packages it runs on (``check --versions`` runs it once more per asked version of one)
     uses: ClassVar[tuple[str, ...]] = ()
