@@ -98,3 +98,27 @@ def test_the_browser_is_started_without_a_debugging_port():
         assert oct(os.stat(chromium.profile).st_mode & 0o777) == "0o700"
     finally:
         chromium.stop()
+
+
+def test_the_browser_reads_no_file_but_the_systems_and_its_profile(tmp_path):
+    """Confined by Landlock like every process that runs a model: a page that reaches for one of the user's
+    files (``file://``) gets an error page, not the file."""
+    from portability.core.sandbox import status
+    from portability.web.browser import Browser, PageError
+    from portability.web.service import BrowserService
+
+    if not status()[0]:
+        pytest.skip(f"no OS sandbox here: {status()[1]}")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the owner's secret")
+    svc = BrowserService()
+    try:
+        br = Browser(endpoint=svc.lease(False).endpoint).start()
+        try:
+            with pytest.raises(PageError, match="ERR_ACCESS_DENIED"):
+                br.new_page(secret.as_uri())
+            assert "the owner's secret" not in br.call("() => document.body ? document.body.innerText : ''")
+        finally:
+            br.close()
+    finally:
+        svc.close()

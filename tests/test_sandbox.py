@@ -125,7 +125,7 @@ def _file_thief(folder: Path, secret: Path, loot: Path) -> None:
     tf.saved_model.save(m, str(folder), signatures={"serving_default": m.serve})
 
 
-@pytest.mark.parametrize("mode", ["require", "off"])
+@pytest.mark.parametrize("mode", ["auto", "off"])
 def test_the_sandbox_alone_stops_a_file_read_and_write_outside_the_folder(tmp_path, mode):
     pytest.importorskip("tensorflow")
     elsewhere = tmp_path / "elsewhere"
@@ -136,11 +136,15 @@ def test_the_sandbox_alone_stops_a_file_read_and_write_outside_the_folder(tmp_pa
     out = tmp_path / "r.json"
     p = run_cli("check", str(tmp_path / "thief"), "--targets", "server", "--sandbox", mode, "--json", str(out),
                 env=NO_ALLOWLISTS)
-    ref = json.loads(out.read_text())["targets"][0]
+    report = json.loads(out.read_text())
+    ref = report["targets"][0]
+    assert "allow-lists off by PORTABILITY_DEBUG_NO_ALLOWLISTS" in " ".join(p.stderr.split()), p.stderr
+    assert report["environment"]["sandbox"].endswith("; allow-lists off by PORTABILITY_DEBUG_NO_ALLOWLISTS")
     if mode == "off":  # the control: without allow-lists or sandbox the model steals the file
         assert loot.read_text() == "the secret", p.stderr
         return
     assert p.returncode == 1, p.stderr
+    assert report["environment"]["sandbox"].startswith("Landlock ABI ")
     assert not loot.exists()
     assert ref["status"] in ("run-error", "load-error") and "Permission denied" in ref["error"], ref
 
@@ -151,14 +155,60 @@ def test_without_landlock_the_check_says_so_once_and_require_refuses(tmp_path):
     p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server/ort-cpu,server/ort-cpu-noopt",
                 "--sandbox", "auto", "--json", str(out), env=no)
     assert p.returncode == 0, p.stderr
-    assert p.stderr.count("not sandboxed") == 1 and "Landlock" in p.stderr, p.stderr
-    assert json.loads(out.read_text())["environment"]["sandbox"].startswith("none:")
+    said = " ".join(p.stderr.split())  # as the console wrapped it
+    assert said.count("not sandboxed") == 1 and "Landlock off by PORTABILITY_DEBUG_NO_LANDLOCK" in said, p.stderr
+    assert json.loads(out.read_text())["environment"]["sandbox"] == (
+        "none: Landlock off by PORTABILITY_DEBUG_NO_LANDLOCK: models are checked with the allow-lists alone")
     p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server", "--sandbox", "require", env=no)
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and "--sandbox require" in lines[0], p.stderr
 
 
-@pytest.mark.parametrize("mode", ["require", "off"])
+@pytest.mark.parametrize("switches, require", [
+    (("PORTABILITY_DEBUG_NO_LANDLOCK",), ("--sandbox", "require")),
+    (("PORTABILITY_DEBUG_NO_ALLOWLISTS",), ("--sandbox", "require")),
+    (("PORTABILITY_DEBUG_NO_LANDLOCK", "PORTABILITY_DEBUG_NO_ALLOWLISTS"), ()),  # $PORTABILITY_SANDBOX=require
+], ids=["landlock", "allow-lists", "both-by-env"])
+def test_require_refuses_a_debug_switch_naming_it(switches, require):
+    """A debug switch turns half of the sandbox off, so that the sandbox's tests can show the other half
+    alone: ``--sandbox require`` (or ``$PORTABILITY_SANDBOX=require``) refuses to run under any, naming each."""
+    env = dict.fromkeys(switches, "1")
+    if not require:
+        env["PORTABILITY_SANDBOX"] = "require"
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server/ort-cpu", *require, env=env)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].startswith("error: --sandbox require: ") and all(f"off by {s}" in lines[0] for s in switches), lines[0]
+    assert "the kernel" not in lines[0], lines[0]
+
+
+def test_a_process_entering_a_required_sandbox_refuses_a_debug_switch():
+    """The launcher every sandboxed process starts through: under ``require`` and a debug switch it stops (70)
+    before it runs anything, whoever asked for the sandbox (the check, the API, a study)."""
+    p = subprocess.run([sys.executable, "-m", "portability.core.sandbox", json.dumps({"mode": "require"}),
+                        sys.executable, "-c", "print('ran')"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env=dict(os.environ, **NO_ALLOWLISTS,
+                                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
+    assert p.returncode == 70 and "ran" not in p.stdout, (p.stdout, p.stderr)
+    assert "allow-lists off by PORTABILITY_DEBUG_NO_ALLOWLISTS" in p.stderr, p.stderr
+
+
+def test_with_both_switches_the_report_names_what_was_off(tmp_path):
+    """Under auto, both switches run the check with neither half: the warning and the report's sandbox say
+    which switch turned off what, not that the kernel has no Landlock."""
+    out = tmp_path / "r.json"
+    p = run_cli("check", str(FIXTURES / "lenet.onnx"), "--targets", "server/ort-cpu", "--sandbox", "auto",
+                "--json", str(out), env={"PORTABILITY_DEBUG_NO_LANDLOCK": "1", **NO_ALLOWLISTS})
+    assert p.returncode == 0, p.stderr
+    off = "Landlock off by PORTABILITY_DEBUG_NO_LANDLOCK; allow-lists off by PORTABILITY_DEBUG_NO_ALLOWLISTS"
+    said = " ".join(p.stderr.split())  # as the console wrapped it
+    assert said.count(f"warning: not sandboxed: {off}") == 1, p.stderr
+    assert "the kernel" not in said and "allow-lists alone" not in said, p.stderr
+    assert json.loads(out.read_text())["environment"]["sandbox"] == (
+        f"none: {off}: models are loaded neither vetted nor confined")
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
 def test_the_sandbox_alone_contains_code_a_torch_archive_runs(tmp_path, mode):
     """A .pt2 whose legacy pickled weights run code (copy a secret file next to it): with the allow-lists
     off, torch's own loader unpickles it in the sandboxed loader, where the read and the write both fail."""
@@ -222,3 +272,18 @@ def test_a_gpu_device_stays_open_to_a_narrowed_worker_and_its_threads_may_name_t
     assert out["why"] is None
     assert out["device"] == "opened" and out["thread_name"] == "gpu-worker", out
     assert str(out["other_device"]).startswith("denied") and str(out["other_process"]).startswith("denied"), out
+
+
+def test_a_sandboxed_process_does_not_read_the_folder_it_was_started_from(tmp_path):
+    """``python -m`` puts the folder a process starts in first on ``sys.path``: neither the launcher nor the
+    folders it allows may take it from there (a check started from the user's home)."""
+    from portability.core.sandbox import Sandbox, command, status
+
+    if not status()[0]:
+        pytest.skip(f"no OS sandbox here: {status()[1]}")
+    (tmp_path / "secret.txt").write_text("the owner's secret")
+    (tmp_path / "w").mkdir()
+    out = subprocess.run(command(Sandbox(mode="require", write=(str(tmp_path / "w"),)), ["cat", "secret.txt"]),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "the owner's secret" not in out.stdout
+    assert "Permission denied" in out.stderr

@@ -147,17 +147,25 @@ def _check(model: Path, f: _Asked, flags: dict[str, Any]) -> int:
 
 
 def _say_sandbox(mode: str, err) -> None:
-    """Where the OS sandbox cannot be set up: an error with ``--sandbox require``, else said once."""
+    """Where the OS sandbox cannot be set up, or a debug switch turns part of it off: an error with
+    ``--sandbox require``, else said once (a switch as a warning that names it)."""
     from portability.core.errors import UsageError
-    from portability.core.sandbox import status
+    from portability.core.sandbox import status, switched_off
 
+    off = switched_off(mode)
+    if mode == "require" and off:
+        raise UsageError(f"--sandbox require: {off} (debug switches of the sandbox's own tests: unset them)")
     if mode == "off":
+        if off:
+            err.print(f"[yellow]warning:[/] {off}: models are loaded neither vetted nor confined", highlight=False)
         return
     ok, why = status()
     if not ok and mode == "require":
         raise UsageError(f"--sandbox require: {why}")
     if not ok:
-        err.print(f"[yellow]note:[/] not sandboxed: {why}", highlight=False)
+        err.print(f"[yellow]{'warning' if off else 'note'}:[/] not sandboxed: {why}", highlight=False)
+    elif off:
+        err.print(f"[yellow]warning:[/] {off}: models are confined by the OS sandbox alone", highlight=False)
 
 
 def _report(f: _Asked, report, base, tol, err, golden=None) -> int:

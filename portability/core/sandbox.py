@@ -17,6 +17,9 @@ Landlock restricts the calling thread and everything it starts afterwards; it is
 framework starts a thread. ``narrow`` stacks a second, tighter layer (a worker gives up the cache when its
 conversions are done). Nothing here needs a privilege: where the kernel lacks Landlock the process runs
 with the allow-lists alone, and ``--sandbox require`` makes that an error.
+
+Two debug switches, for the sandbox's own tests, each turn off one half (``DEBUG_SWITCHES``): set, each is
+named wherever the sandbox is described (``status``, the report), and ``--sandbox require`` refuses to run.
 """
 from __future__ import annotations
 
@@ -67,6 +70,24 @@ _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"
 _GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/dri/*")
 
 
+#: debug switches (set to 1) for the sandbox's own tests, and the half of the sandbox each turns off: Landlock
+#: (what a kernel without it gets), or the sources' allow-lists (the OS sandbox alone around a model)
+NO_LANDLOCK, NO_ALLOWLISTS = "PORTABILITY_DEBUG_NO_LANDLOCK", "PORTABILITY_DEBUG_NO_ALLOWLISTS"
+DEBUG_SWITCHES = {NO_LANDLOCK: "Landlock", NO_ALLOWLISTS: "allow-lists"}
+
+
+def debug_switches() -> tuple[str, ...]:
+    """The debug switches set in this environment, in ``DEBUG_SWITCHES``' order."""
+    return tuple(name for name in DEBUG_SWITCHES if os.environ.get(name) == "1")
+
+
+def switched_off(mode: str = "auto") -> str:
+    """What the debug switches turn off under ``mode`` ("Landlock off by PORTABILITY_DEBUG_NO_LANDLOCK; ..."),
+    or "" where none is set (Landlock's switch changes nothing under ``off``)."""
+    names = [n for n in debug_switches() if not (mode == "off" and n == NO_LANDLOCK)]
+    return "; ".join(f"{DEBUG_SWITCHES[n]} off by {n}" for n in names)
+
+
 def default_mode() -> str:
     """``$PORTABILITY_SANDBOX`` (auto, require, off), else auto: the mode of a check that names none."""
     mode = os.environ.get("PORTABILITY_SANDBOX") or "auto"
@@ -87,6 +108,8 @@ class Sandbox:
     #: loopback TCP ports it may connect to (a web worker's browser), and whether it may listen (its page server)
     connect_ports: tuple[int, ...] = ()
     bind: bool = False
+    #: TCP left to the process (a browser, which fetches its pages from the loopback servers of its workers)
+    tcp: bool = False
     #: folders writable only until ``narrow()`` (a worker's cache while it converts)
     write_until_narrowed: tuple[str, ...] = field(default=())
 
@@ -100,7 +123,7 @@ class Sandbox:
 
     @property
     def network(self) -> bool:
-        return bool(self.connect_ports or self.bind)
+        return bool(self.connect_ports or self.bind or self.tcp)
 
 
 # -- what the kernel offers -----------------------------------------------------------------------------------
@@ -114,10 +137,9 @@ def _syscalls() -> tuple[int, int, int] | None:
 
 
 def landlock_abi() -> int:
-    """Landlock's ABI version in this kernel (0: none; also under the debug switch
-    ``PORTABILITY_DEBUG_NO_LANDLOCK=1``, which shows what a kernel without it gets)."""
+    """Landlock's ABI version in this kernel (0: none; also under the debug switch ``NO_LANDLOCK``)."""
     calls = _syscalls()
-    if calls is None or os.environ.get("PORTABILITY_DEBUG_NO_LANDLOCK") == "1":
+    if calls is None or NO_LANDLOCK in debug_switches():
         return 0
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
@@ -136,14 +158,27 @@ def can_isolate_network() -> bool:
 
 
 def status() -> tuple[bool, str]:
-    """(can the sandbox be set up here, what it gives or why not) — asked once by the check."""
-    abi = landlock_abi()
-    if abi <= 0:
-        return False, (f"the kernel ({platform.release()}) has no Landlock (Linux 5.13+, enabled in its LSM list): "
-                       "models are checked with the allow-lists alone")
-    net = "own network namespace" if can_isolate_network() else (
-        "no TCP but the given loopback ports" if abi >= 4 else "network not restricted (Landlock ABI < 4)")
-    return True, f"Landlock ABI {abi}: files confined, {net}"
+    """(can Landlock be set up here, what the sandbox gives or why not) — asked once by the check. A debug
+    switch that is set is named in the second, as what turned that half off."""
+    abi, off, switches = landlock_abi(), switched_off(), debug_switches()
+    if abi > 0:
+        net = "own network namespace" if can_isolate_network() else (
+            "no TCP but the given loopback ports" if abi >= 4 else "network not restricted (Landlock ABI < 4)")
+        return True, "; ".join(filter(None, (f"Landlock ABI {abi}: files confined, {net}", off)))
+    kernel = "" if NO_LANDLOCK in switches else (
+        f"the kernel ({platform.release()}) has no Landlock (Linux 5.13+, enabled in its LSM list)")
+    alone = ("models are loaded neither vetted nor confined" if NO_ALLOWLISTS in switches
+             else "models are checked with the allow-lists alone")
+    return False, f"{'; '.join(filter(None, (kernel, off)))}: {alone}"
+
+
+def describe(mode: str) -> str:
+    """The sandbox a check under ``mode`` ran in, in one line (a report's ``environment.sandbox``): what
+    confined its models, or "none: " and why not, and every debug switch that was set."""
+    if mode == "off":
+        return "; ".join(filter(None, ("off (--sandbox off)", switched_off(mode))))
+    ok, why = status()
+    return why if ok else f"none: {why}"
 
 
 # -- entering it -----------------------------------------------------------------------------------------------
@@ -163,8 +198,11 @@ class _NetPort(ctypes.Structure):
 
 
 def _python_paths() -> list[str]:
+    """This Python's folders and its import path, but not the folder it was started in (``python -m`` puts it
+    first on ``sys.path``: a check started from the user's home would have the home readable)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths |= {p for p in sys.path if p}
+    cwd = os.path.realpath(os.getcwd())
+    paths |= {p for p in sys.path if p and os.path.realpath(p) != cwd}
     paths.add(str(Path(__file__).resolve().parents[2]))  # this portability (an editable checkout, or site-packages)
     return sorted(paths)
 
@@ -185,7 +223,7 @@ def _layer(abi: int, read: list[str], write: list[str], sb: Sandbox) -> int:
     libc.syscall.restype = ctypes.c_long
     create, add, _ = _syscalls()  # type: ignore[misc]
     fs = _FS_BY_ABI.get(abi, _FS_BY_ABI[5])
-    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 and not sb.tcp else 0,
                         SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     fd = libc.syscall(ctypes.c_long(create), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
@@ -217,7 +255,7 @@ def _layer(abi: int, read: list[str], write: list[str], sb: Sandbox) -> int:
         allow(f"/proc/{os.getpid()}/task", READ_FILE | WRITE_FILE | TRUNCATE)  # fopen "w": O_TRUNC
         for p in write:
             allow(p, _WRITE)
-        if abi >= 4:
+        if abi >= 4 and not sb.tcp:
             ports = [(NET_CONNECT_TCP, p) for p in sb.connect_ports] + ([(NET_BIND_TCP, 0)] if sb.bind else [])
             for right, port in ports:
                 rule = _NetPort(right, port)
@@ -254,6 +292,8 @@ def enter(sb: Sandbox) -> str | None:
     it is not (``mode`` auto); raises SandboxError when ``mode`` is require and it cannot be."""
     if sb.mode == "off":
         return "switched off (--sandbox off)"
+    if sb.mode == "require" and debug_switches():
+        raise SandboxError(f"the sandbox could not be set up: {switched_off()} (debug switches of its own tests)")
     try:
         abi = landlock_abi()
         if abi <= 0:
@@ -329,7 +369,7 @@ def command(sb: Sandbox, argv: list[str]) -> list[str]:
     """``argv`` run under ``sb`` (through this module's launcher); ``argv`` itself when ``sb`` is off."""
     if sb.mode == "off":
         return list(argv)
-    return [sys.executable, "-m", "portability.core.sandbox", json.dumps(sb.to_dict())] + list(argv)
+    return [sys.executable, "-P", "-m", "portability.core.sandbox", json.dumps(sb.to_dict())] + list(argv)
 
 
 if __name__ == "__main__":

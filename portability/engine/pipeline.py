@@ -36,7 +36,7 @@ def env_packages() -> tuple[str, ...]:
 def environment(sandbox: str = "auto") -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    from portability.core.sandbox import status
+    from portability.core.sandbox import describe
 
     pkgs = {}
     for p in env_packages():
@@ -52,10 +52,8 @@ def environment(sandbox: str = "auto") -> dict:
                 break
     except OSError:
         pass
-    ok, why = status()
     return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-            "cores": os.cpu_count(), "packages": pkgs,
-            "sandbox": "off (--sandbox off)" if sandbox == "off" else why if ok else f"none: {why}"}
+            "cores": os.cpu_count(), "packages": pkgs, "sandbox": describe(sandbox)}
 
 
 def _provenance(feeds: inp.Feeds, opts: CheckOptions) -> dict:

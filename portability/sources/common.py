@@ -8,15 +8,13 @@ from pathlib import Path
 from portability.core.artifact import sha256_files
 from portability.core.errors import BadModel
 from portability.core.model import TensorSpec
-
-
-#: a debug switch for the sandbox's own tests: the allow-lists stand aside, the OS sandbox alone remains
-NO_ALLOWLISTS = "PORTABILITY_DEBUG_NO_ALLOWLISTS"
+from portability.core.sandbox import NO_ALLOWLISTS, debug_switches
 
 
 def allowlists_on() -> bool:
-    """Whether the sources' allow-lists vet a model before it loads (always, but under the debug switch)."""
-    return os.environ.get(NO_ALLOWLISTS) != "1"
+    """Whether the sources' allow-lists vet a model before it loads: always, but under the sandbox's debug
+    switch ``NO_ALLOWLISTS`` (``core/sandbox.py``: the OS sandbox alone remains, and the check says so)."""
+    return NO_ALLOWLISTS not in debug_switches()
 
 
 def spec(name: str, dtype: str, shape) -> TensorSpec:

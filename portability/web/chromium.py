@@ -38,6 +38,9 @@ WEBGPU_ARGS = ["--enable-unsafe-webgpu", "--enable-features=Vulkan,WebMachineLea
                "--use-webgpu-adapter=swiftshader"]
 
 START_TIMEOUT_S = 30.0
+#: what the browser reads beyond the system's files (``core.sandbox``): Debian's launcher's settings, fonts,
+#: the Vulkan loader's list (the software WebGPU adapter)
+READS = ("/etc/chromium", "/etc/chromium.d", "/etc/fonts", "/var/cache/fontconfig", "/etc/vulkan")
 
 #: Chromium runs under this shell, whose stdin is a pipe from the process that started it. When that process
 #: is gone (even SIGKILLed), the pipe's end stops the browser and every process it started (they stay in the
@@ -69,23 +72,34 @@ def short_tmp() -> str | None:
     return "/tmp"
 
 
+def confined(argv: list[str], profile: str, mode: str) -> list[str]:
+    """The browser's command line in the OS sandbox (``core.sandbox``, in ``mode``): it reads the system's
+    files and writes its profile alone. Pages run in its renderers, which its own sandbox does not confine
+    here (``--no-sandbox``: no user namespaces for it in a container, none as root); its models come over
+    HTTP from the workers' loopback servers, so it reads no model folder and keeps TCP."""
+    from portability.core.sandbox import Sandbox, command
+
+    return command(Sandbox(mode=mode, read=READS, write=(profile,), tcp=True), argv)
+
+
 class Chromium:
     """A running headless Chromium in a fresh profile; ``endpoint`` is its DevTools socket (``unix:PATH``,
-    in the profile folder). ``stop()`` kills its whole process group and removes the profile."""
+    in the profile folder). ``stop()`` kills its whole process group and removes the profile. ``sandbox``:
+    the OS sandbox's mode (``core.sandbox.MODES``) it runs in."""
 
-    def __init__(self, webgpu: bool = False, extra_args: list[str] | None = None):
+    def __init__(self, webgpu: bool = False, extra_args: list[str] | None = None, sandbox: str = "auto"):
         from portability.web.relay import DevToolsRelay
 
         self.profile = tempfile.mkdtemp(prefix="portability-chromium-", dir=short_tmp())  # 0700
         self.relay: DevToolsRelay | None = None
-        args = [chromium_path(), "--headless=new", "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
-                *ARGS, *(WEBGPU_ARGS if webgpu else []), *(extra_args or []), "about:blank"]
+        args = confined([chromium_path(), "--headless=new", "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
+                         *ARGS, *(WEBGPU_ARGS if webgpu else []), *(extra_args or []), "about:blank"], self.profile, sandbox)
         commands, replies = os.pipe(), os.pipe()  # (read, write) each
         try:
             self.proc = subprocess.Popen(["/bin/sh", "-c", LIFELINE, "sh", *args], stdin=subprocess.PIPE,
                                          stdout=replies[1], stderr=commands[0], start_new_session=True,
                                          env={**os.environ, "TMPDIR": self.profile,  # keeps its socket path short
-                                              "PORTABILITY_PROFILE": self.profile})
+                                              "HOME": self.profile, "PORTABILITY_PROFILE": self.profile})
         except BaseException:
             for fd in (*commands, *replies):
                 os.close(fd)

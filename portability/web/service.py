@@ -19,15 +19,17 @@ class BrowserService(SharedProcesses):
     what = "Chromium"
 
     def start(self, webgpu: bool) -> Chromium:
-        return KeepingChromium(bool(webgpu))
+        from portability.core.sandbox import Sandbox
+
+        return KeepingChromium(bool(webgpu), sandbox=Sandbox.from_dict(getattr(self, "sandbox", None)).mode)
 
 
 class KeepingChromium(Chromium):
     """A shared Chromium with the static server of the pages it keeps warm (``web/pool.py``), named in its
     endpoint; without the npm files, a plain one."""
 
-    def __init__(self, webgpu: bool = False):
-        super().__init__(webgpu)
+    def __init__(self, webgpu: bool = False, sandbox: str = "auto"):
+        super().__init__(webgpu, sandbox=sandbox)
         self.pages = None
         try:
             from portability.web import pool
