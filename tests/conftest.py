@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def _resident_session(tmp_path_factory):
 
     sock = tmp_path_factory.getbasetemp() / "serve.sock"
     if len(str(sock)) > 100:  # a Unix socket's path has room for 107 bytes
-        sock = Path(f"/tmp/portability-tests-{os.getpid()}.sock")
+        sock = Path(tempfile.mkdtemp(prefix="portability-tests-")) / "serve.sock"  # a folder of its own
     os.environ[client.SOCKET_ENV] = str(sock)
     if client.mode() == "auto":
         try:

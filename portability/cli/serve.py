@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import typer
 
@@ -26,36 +27,62 @@ def serve(
     start-up is paid once per machine, not once per check. The first check starts it by itself
     (PORTABILITY_RESIDENT=off, or --resident off, turns that off); it stops after --idle seconds without a
     check, or with --stop. Only this user can reach it (a Unix socket in a folder of mode 0700)."""
+    from portability.core.errors import UsageError
+
+    try:
+        return _serve(stop, status, idle, foreground, as_json)
+    except client.Unreachable as e:  # none could start, or what would reach it is not this user's: exit 2
+        raise UsageError(str(e)) from None
+
+
+def _serve(stop: bool, status: bool, idle: float, foreground: bool, as_json: bool) -> int:
     path = client.socket_path()
     if stop:
-        try:
-            answer = client.request("stop", path)
-        except client.Unreachable:
+        answer = _ask("stop", path)
+        if answer is None:
             typer.echo(f"no resident session runs ({path})")
             return 0
         _wait_gone(int(answer.get("pid") or 0))
         typer.echo(f"stopped the resident session (pid {answer.get('pid')})")
         return 0
     if status:
-        try:
-            info = client.request("status", path)
-        except client.Unreachable:
+        info = _ask("status", path)
+        if info is None:
             typer.echo(json.dumps({"running": False, "socket": str(path)}) if as_json else f"no resident session runs ({path})")
             return 1
         typer.echo(json.dumps({"running": True, **info}) if as_json else _describe(info))
         return 0
     if foreground:
-        from portability.resident.server import main
-
-        main(["--socket", str(path), "--idle", str(idle)])
-        return 0
+        return _foreground(path, idle)
     info = client.start(path, idle)
     typer.echo(_describe(info))
     return 0
 
 
+def _ask(op: str, path: Path) -> dict | None:
+    """The resident session's answer, None where none runs. Raises client.Refused."""
+    try:
+        return client.request(op, path)
+    except client.Refused:
+        raise
+    except client.Unreachable:
+        return None
+
+
+def _foreground(path: Path, idle: float) -> int:
+    """The resident process in this one, its socket's folder made and checked first."""
+    from portability.resident.server import main
+
+    client.own_folder(path, make=True)
+    try:
+        main(["--socket", str(path), "--idle", str(idle)])
+    except OSError as e:
+        raise client.Unreachable(f"the resident session could not listen at {path} ({e.strerror or e})") from None
+    return 0
+
+
 def _describe(info: dict) -> str:
-    services = ", ".join(f"{s['provider'].rpartition(':')[2]} (sandbox {s['mode']}, started {s['launches']}×)"
+    services = ", ".join(f"{s['provider']} (sandbox {s['mode']}, started {s['launches']}×)"
                          for s in info.get("services", []) if s["mode"] != "pool") or "nothing started yet"
     pools = ", ".join(f"{p['flavour']} (pid {p['pid']})" for p in info.get("worker_pools", [])) or "none yet"
     up = time.time() - float(info.get("since") or time.time())

@@ -16,5 +16,5 @@ stdin): when it is killed they stop, the checks' targets that were using them fa
 and the next check starts a new resident process.
 
 ``client.py`` is what a check uses (finding, starting and leasing from the resident process), ``server.py``
-the resident process itself.
+the resident process itself, ``protocol.py`` what crosses the socket between them.
 """

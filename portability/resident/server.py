@@ -1,30 +1,34 @@
 """The resident process: serves leases of the shared services (``workers.services`` providers: the browsers,
 the ARM64 emulator) to the checks of one user, over the Unix socket of ``client.socket_path``.
 
-    python -m portability.resident.server --socket PATH [--idle SECONDS]
+    python -P -m portability.resident.server --socket PATH [--idle SECONDS]
 
-One provider per (provider class, sandbox mode), started on its first lease and kept until the process
-stops: after ``--idle`` seconds with no lease held and no request, on ``{"op": "stop"}``, on SIGTERM/SIGINT.
-Only the socket's owner may connect (the folder is 0700, and the peer's uid is checked). The services'
-OS sandbox reads the emulator's root file system and the provisioned tools, nothing of any check: models
-come to them by content.
+One provider per (service, sandbox mode), started on its first lease and kept until the process stops: after
+``--idle`` seconds with no lease held and no request, on ``{"op": "stop"}``, on SIGTERM/SIGINT. Only the socket's
+owner may connect (the folder is 0700, and the peer's uid is checked). A request is one bounded line read with a
+timeout, and picks from closed lists (``protocol``): whatever it is, it gets an answer (``{"ok": false,
+"error": ...}`` for what cannot be served) and the process serves on. The services' OS sandbox reads the
+emulator's root file system and the provisioned tools, nothing of any check: models come to them by content.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import os
 import signal
 import socket
-import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from portability.resident import protocol
+from portability.resident.protocol import BadRequest
 
 log = logging.getLogger("portability.resident")
+#: the (service, mode) key of the worker pools' provider
+_POOL = ("pool", "pool")
 
 
 def _sandbox(mode: str) -> dict:
@@ -33,6 +37,11 @@ def _sandbox(mode: str) -> dict:
     from portability.mobile import arm64
 
     return Sandbox(mode=mode, read=(str(arm64.home()), str(tools_root()))).to_dict()
+
+
+def _new(cls_path: str) -> Any:
+    mod, _, name = cls_path.partition(":")
+    return getattr(importlib.import_module(mod), name)()
 
 
 class Resident:
@@ -49,13 +58,26 @@ class Resident:
         self._stop = threading.Event()
 
     # --- the providers -------------------------------------------------------------------------------
-    def provider(self, cls_path: str, mode: str):
+    def provider(self, name: str, mode: str):
+        """The provider of service ``name`` (``protocol.PROVIDERS``) in sandbox ``mode``, started now unless it runs.
+        Raises BadRequest for a name or mode outside the closed lists."""
+        if name not in protocol.PROVIDERS:
+            raise BadRequest(f"unknown provider {name!r} (known: {', '.join(protocol.PROVIDERS)})")
+        mode = protocol.service_mode(mode)
         with self._lock:
-            p = self._providers.get((cls_path, mode))
+            p = self._providers.get((name, mode))
             if p is None:
-                mod, _, name = cls_path.partition(":")
-                p = self._providers[(cls_path, mode)] = getattr(importlib.import_module(mod), name)()
+                p = _new(protocol.PROVIDERS[name])
                 p.sandbox = _sandbox(mode)
+                self._providers[(name, mode)] = p
+            return p
+
+    def pool_host(self):
+        """The provider of the worker pools (``protocol.POOL_HOST``), made now unless it is."""
+        with self._lock:
+            p = self._providers.get(_POOL)
+            if p is None:
+                p = self._providers[_POOL] = _new(protocol.POOL_HOST)
             return p
 
     def close(self) -> None:
@@ -78,21 +100,38 @@ class Resident:
                 "worker_pools": pools, "pool_leases": self.pool_leases}
 
     def handle(self, conn: socket.socket) -> None:
+        """One connection: its peer must be this user; its request line comes within ``protocol.REQUEST_TIMEOUT_S``.
+        Whatever goes wrong is answered (where the connection still takes it) and logged, never raised."""
         try:
             with conn:
-                if _peer_uid(conn) != os.getuid():
+                uid = protocol.peer_uid(conn)
+                if uid != os.getuid():
+                    log.warning("refused a connection of uid %d", uid)
                     return
-                f = conn.makefile("rb")
-                line = f.readline()
-                if line:
-                    self._one(conn, f, json.loads(line))
-        except (OSError, ValueError) as e:
+                conn.settimeout(protocol.REQUEST_TIMEOUT_S)
+                self._serve_one(conn, conn.makefile("rb"))
+        except OSError as e:
             log.info("a connection ended: %s", e)
+        except Exception as e:  # a bug, logged where the log is read: the process serves on
+            log.error("a request failed: %s: %s", type(e).__name__, e, exc_info=True)
         finally:
             self._last = time.monotonic()
 
-    def _one(self, conn: socket.socket, f, req: dict) -> None:
+    def _serve_one(self, conn: socket.socket, f: BinaryIO) -> None:
+        try:
+            req = _request(f)
+            if req is not None:
+                self._one(conn, f, req)
+        except BadRequest as e:
+            _refuse(conn, str(e))
+        except Exception as e:
+            _refuse(conn, f"the resident session could not serve it: {type(e).__name__}: {e}")
+            raise
+
+    def _one(self, conn: socket.socket, f: BinaryIO, req: dict) -> None:
         op = req.get("op")
+        if op not in protocol.OPS:
+            raise BadRequest(f"unknown request {op!r} (known: {', '.join(protocol.OPS)})")
         if op == "status":
             return _send(conn, self.status())
         if op == "stop":
@@ -104,13 +143,16 @@ class Resident:
         if op == "warm":
             self.warm(req)
             return _send(conn, {"ok": True})
-        provider = self.provider(str(req.get("provider")), str(req.get("mode") or "auto"))
+        flavour = protocol.flavour(req.get("flavour"))
+        provider = self.provider(str(req.get("provider")), req.get("mode"))
         if op == "running":
-            return _send(conn, {"ok": True, "running": provider.running(req.get("flavour"))})
-        if op != "lease":
-            return _send(conn, {"ok": False, "error": f"unknown request {op!r}"})
+            return _send(conn, {"ok": True, "running": bool(provider.running(flavour))})
+        return self._lease(conn, f, provider, flavour)
+
+    def _lease(self, conn: socket.socket, f: BinaryIO, provider: Any, flavour: Any) -> None:
+        """A lease of ``provider``'s service, held until the check gives it back or its connection ends."""
         try:
-            handle = provider.lease(req.get("flavour"))
+            handle = provider.lease(flavour)
         except (OSError, RuntimeError) as e:
             return _send(conn, {"ok": False, "error": str(e)})
         with self._lock:
@@ -119,9 +161,10 @@ class Resident:
         unwell = True  # a check that went away without giving it back may have left it hung
         try:
             _send(conn, {"ok": True, "endpoint": handle.endpoint, "pid": os.getpid()})
-            line = f.readline()
+            conn.settimeout(None)  # held for as long as the check's target runs
+            line = protocol.read_line(f)
             if line:
-                unwell = bool(json.loads(line).get("unwell"))
+                unwell = bool(protocol.decode(line).get("unwell"))
                 _send(conn, {"ok": True})
         finally:
             with self._lock:
@@ -130,34 +173,41 @@ class Resident:
         return None
 
     def warm(self, req: dict) -> None:
-        """Start worker pools in the background (``{"provider", "pools": {flavour: env}}``): the next check forks
-        from them at once."""
+        """Start worker pools in the background (``{"pools": {flavour: env}}``): the next check forks from them at
+        once. Raises BadRequest for pools that are not an object of flavours and environments."""
+        pools = req.get("pools") or {}
+        if not isinstance(pools, dict):
+            raise BadRequest("pools is a JSON object: flavour -> environment")
+        pools = {str(protocol.flavour(k)): protocol.environment(env) for k, env in pools.items()}
+
         def start() -> None:
-            host = self.provider(str(req.get("provider")), "pool")
-            for flavour, env in dict(req.get("pools") or {}).items():
+            host = self.pool_host()
+            for flavour, env in pools.items():
                 try:
-                    host.zygote(str(flavour), {str(k): str(v) for k, v in dict(env).items()})
+                    host.zygote(flavour, env)
                 except Exception as e:  # a check that asks for it later is told why
                     log.warning("warming the worker pool %r: %s", flavour, e)
             self._last = time.monotonic()
 
         threading.Thread(target=start, name="warm pools", daemon=True).start()
 
-    def _pool(self, conn: socket.socket, f, req: dict) -> None:
+    def _pool(self, conn: socket.socket, f: BinaryIO, req: dict) -> None:
         """A lease of a worker pool's zygote (its provider, ``workers.zygote_handle.ZygoteHost``, keeps one per
         flavour and start-up environment): a copy of its control socket, held by the check until it gives it back
         or its connection ends (the zygote stays: the next check forks from it too)."""
-        host = self.provider(str(req.get("provider")), "pool")
+        flavour, env = str(protocol.flavour(req.get("flavour") or "")), protocol.environment(req.get("env"))
         try:
-            z = host.zygote(str(req.get("flavour") or ""), {str(k): str(v) for k, v in dict(req.get("env") or {}).items()})
+            z = self.pool_host().zygote(flavour, env)
         except Exception as e:  # the pool's own error, said to the check (which forks its own workers then)
             return _send(conn, {"ok": False, "error": f"the worker pool did not start: {e}"})
         with self._lock:
             self.pool_leases += 1
         try:
             answer = {"ok": True, "pid": z.proc.pid, "startup": z.startup, "resident": os.getpid()}
-            socket.send_fds(conn, [(json.dumps(answer) + "\n").encode()], [z.ctl.fileno()])
-            f.readline()  # the check gives it back, or its connection ends
+            socket.send_fds(conn, [protocol.encode(answer)], [z.ctl.fileno()])
+            conn.settimeout(None)
+            while protocol.read_line(f):  # the check gives it back, or its connection ends
+                pass
         finally:
             with self._lock:
                 self.pool_leases -= 1
@@ -198,13 +248,26 @@ class Resident:
             log.info("resident session %d stopped", os.getpid())
 
 
+def _request(f: BinaryIO) -> dict | None:
+    """A connection's request (None where it ended before sending one). Raises BadRequest."""
+    try:
+        line = protocol.read_line(f)
+    except TimeoutError:
+        raise BadRequest(f"no request within {protocol.REQUEST_TIMEOUT_S:g} s") from None
+    return protocol.decode(line) if line else None
+
+
 def _send(conn: socket.socket, answer: dict) -> None:
-    conn.sendall((json.dumps(answer) + "\n").encode())
+    conn.sendall(protocol.encode(answer))
 
 
-def _peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+def _refuse(conn: socket.socket, error: str) -> None:
+    """Say why a request is not served, where the connection still takes it."""
+    log.info("refused a request: %s", error)
+    try:
+        _send(conn, {"ok": False, "error": error})
+    except OSError:
+        pass
 
 
 def _inode(path: Path) -> int | None:
@@ -226,14 +289,19 @@ def main(argv: list[str] | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: r._stop.set())
     if args.warm:
-        try:
-            with open(args.warm) as f:
-                r.warm(json.load(f))
-        except (OSError, ValueError) as e:
-            log.warning("no worker pools to warm: %s", e)
-        finally:
-            Path(args.warm).unlink(missing_ok=True)
+        _warm_from(r, Path(args.warm))
     r.serve()
+
+
+def _warm_from(r: Resident, path: Path) -> None:
+    """Warm the worker pools a file lists (``client._warm_file``: never read through a link), then remove it."""
+    try:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
+            r.warm(protocol.decode(f.read(protocol.MAX_LINE)))
+    except (OSError, ValueError) as e:
+        log.warning("no worker pools to warm: %s", e)
+    finally:
+        path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
