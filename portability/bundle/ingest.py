@@ -1,63 +1,35 @@
 """``portability ingest RESULT``: a bundle's ``result.json`` (``bundle/web.py``, ``bundle/mobile.py``) back into a report.
 
-The file is checked before anything is written: complete JSON of the expected shape, the model's sha256
-and the inputs' digest of the report it joins, targets that report ran, metrics that are numbers in
-range, a p50 that is the median of its samples, and a status that follows from the metrics and the
-report's own thresholds for that target (a pass over a breached bound is refused, as is a drift within
-every bound). Each target becomes ``web/<target>@<device>`` (``mobile/...`` for a mobile bundle's) in a
+The file is checked before anything is written: bounded, typed JSON of the result format (``result_file``),
+the model's sha256 and the inputs' digest of the report it joins, targets that report ran, metrics that
+are numbers in range, a p50 that is the median of its samples, and a status that follows from the metrics
+and the report's own thresholds for that target (a pass over a breached bound is refused, as is a drift
+within every bound). Each target becomes ``web/<target>@<device>`` (``mobile/...`` for a mobile bundle's) in a
 copy of the report.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from portability.bundle.mobile import RESULT_KIND as MOBILE_RESULT_KIND
-from portability.bundle.web import FORMAT_VERSION, RESULT_KIND
+from portability.bundle.result_file import DEVICES, Refused, load
 from portability.core.errors import UsageError
 from portability.core.status import COMPARED, Status
 from portability.report.schema import Report, TargetResult
 
 #: the statuses a page can end a target in
 PAGE_STATUSES = (*COMPARED, Status.LOAD_ERROR, Status.RUN_ERROR)
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-#: each result kind's platform, and the device field that names where it ran
-KINDS = {RESULT_KIND: ("web", "user_agent"), MOBILE_RESULT_KIND: ("mobile", "machine")}
-
-
-class Refused(UsageError):
-    """A result file that cannot be ingested (one line: why)."""
+#: the characters of an error status's message kept in the report
+MAX_STORED_ERROR = 2000
 
 
 def read(path: Path) -> dict:
-    """The result file's JSON, checked for shape; Refused when truncated, not JSON or not a result."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise Refused(f"{path}: cannot be read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise Refused(f"{path}: not a complete JSON result file (truncated or not JSON: {e.msg} at line {e.lineno})") from None
-    if not isinstance(doc, dict) or doc.get("kind") not in KINDS:
-        raise Refused(f"{path}: not a portability bundle result (its kind is not '{RESULT_KIND}' or '{MOBILE_RESULT_KIND}')")
-    platform, named_by = KINDS[doc["kind"]]
-    if doc.get("version") != FORMAT_VERSION:
-        raise Refused(f"{path}: result format version {doc.get('version')!r}, this portability reads {FORMAT_VERSION}")
-    model, device, targets = doc.get("model"), doc.get("device"), doc.get("targets")
-    if not isinstance(model, dict) or not isinstance(model.get("sha256"), str) or not _HEX64.match(model["sha256"]):
-        raise Refused(f"{path}: no model sha256 in the result")
-    if not isinstance(device, dict) or not isinstance(device.get(named_by), str) or not device[named_by]:
-        raise Refused(f"{path}: no device ({named_by.replace('_', ' ')}) in the result")
-    if not isinstance(targets, list) or not targets or not all(isinstance(t, dict) for t in targets):
-        raise Refused(f"{path}: no targets in the result")
-    ids = [t.get("id") for t in targets]
-    if len(set(map(str, ids))) != len(ids) or not all(isinstance(i, str) and i.startswith(platform + "/") and "@" not in i
-                                                      for i in ids):
-        raise Refused(f"{path}: target ids must be distinct {platform} target ids, not {ids}")
-    return doc
+    """The result file's fields, checked for size, depth, numbers, types and caps (``result_file``); Refused
+    when truncated, not JSON, hostile or not a result."""
+    return load(Path(path))
 
 
 def base_report(doc: dict, spec: str | None) -> tuple[Report, str]:
@@ -86,12 +58,19 @@ def base_report(doc: dict, spec: str | None) -> tuple[Report, str]:
     raise Refused(f"no check of model {sha[:12]} with these targets in the history: give its report with --report")
 
 
-def _number(v: Any, what: str, lo: float = -math.inf, hi: float = math.inf) -> float:
-    if v == "inf":
+def _number(v: Any, what: str, lo: float = -math.inf, hi: float = math.inf, inf_ok: bool = False) -> float:
+    """A number in [lo, hi]; with ``inf_ok``, the string "inf" too (a NaN/Inf mismatch's max_abs)."""
+    if inf_ok and v == "inf":
         v = math.inf
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or not lo <= v <= hi:
+    if type(v) not in (int, float) or math.isnan(v) or not lo <= v <= hi:
         raise Refused(f"{what} is {v!r}: not a number in [{lo}, {hi}] (a forged or damaged result)")
     return float(v)
+
+
+def _count(v: Any, what: str, lo: int, hi: int = 2 ** 53) -> int:
+    if type(v) is not int or not lo <= v <= hi:
+        raise Refused(f"{what} is {v!r}: not an integer in [{lo}, {hi}] (a forged or damaged result)")
+    return v
 
 
 def _ref_scale(report: Report, name: str) -> float | None:
@@ -118,16 +97,16 @@ def _outputs(t: dict, report: Report, where: str) -> dict[str, dict]:
     for name, m in outs.items():
         if not isinstance(m, dict):
             raise Refused(f"{where}: output {name!r} has no metrics")
-        s = {"max_abs": _number(m.get("max_abs"), f"{where} {name} max_abs", 0.0),
+        s = {"max_abs": _number(m.get("max_abs"), f"{where} {name} max_abs", 0.0, inf_ok=True),
              "cosine": _number(m.get("cosine"), f"{where} {name} cosine", -1.0, 1.0),
              "ref_max_abs": _number(m.get("ref_max_abs"), f"{where} {name} ref_max_abs", 0.0)}
-        size = int(_number(m.get("size"), f"{where} {name} size", 1))
+        size = _count(m.get("size"), f"{where} {name} size", 1)
         scale = _ref_scale(report, name)
         if scale is not None and not math.isclose(scale, s["ref_max_abs"], rel_tol=1e-5, abs_tol=1e-12):
             raise Refused(f"{where}: output {name!r} was compared with a reference of scale {s['ref_max_abs']:g}, "
                           f"the report's reference has {scale:g}")
         if m.get("nonfinite_mismatch"):
-            s["nonfinite_mismatch"] = int(_number(m["nonfinite_mismatch"], f"{where} {name} nonfinite_mismatch", 1))
+            s["nonfinite_mismatch"] = _count(m["nonfinite_mismatch"], f"{where} {name} nonfinite_mismatch", 1, size)
         stats[name] = s
         breaches += [b.text for b in judge_output(name, s, base.thresholds, CHECK, size)]
     breaches += [f"output '{n}' is missing" for n in names if n not in stats]
@@ -138,13 +117,14 @@ def _latency(t: dict, where: str) -> dict:
     lat = t.get("latency_ms")
     if not isinstance(lat, dict) or not isinstance(lat.get("samples"), list) or not lat["samples"]:
         raise Refused(f"{where}: no latency samples")
-    samples = sorted(_number(x, f"{where} latency sample", 0.0, 3.6e6) for x in lat["samples"])
+    samples_in_order = [_number(x, f"{where} latency sample", 0.0, 3.6e6) for x in lat["samples"]]
+    samples = sorted(samples_in_order)
     n = len(samples)
     median = samples[n // 2] if n % 2 else (samples[n // 2 - 1] + samples[n // 2]) / 2
     p50 = _number(lat.get("p50"), f"{where} p50", 0.0)
     if not math.isclose(p50, median, rel_tol=1e-6, abs_tol=1e-9):
         raise Refused(f"{where}: p50 {p50:g} ms is not the median of its samples ({median:g} ms)")
-    return {"p50": p50, "samples": [float(x) for x in lat["samples"]]}
+    return {"p50": p50, "samples": samples_in_order}
 
 
 def check_target(t: dict, report: Report) -> tuple[Status, dict, list[str]]:
@@ -191,7 +171,7 @@ def merge(report: Report, doc: dict, source: str) -> tuple[Report, list[TargetRe
     if inputs and doc.get("inputs") != inputs:
         raise Refused("the result ran other inputs than the report's (their digests differ)")
     slug = device_slug(doc["device"])
-    platform = KINDS[doc["kind"]][0]
+    platform = DEVICES[doc["kind"]][0]
     where = f"in a browser on {slug}" if platform == "web" else f"on {slug}"
     software = bool(doc["device"].get("software"))
     added = []
@@ -202,7 +182,7 @@ def merge(report: Report, doc: dict, source: str) -> tuple[Report, list[TargetRe
         info = t.get("info") if isinstance(t.get("info"), dict) else {}
         added.append(TargetResult(
             id=f"{t['id']}@{slug}", platform=platform, status=status, gating=base.gating, runtime=base.runtime, device=device,
-            error=str(t["error"])[:2000] if status not in COMPARED else None, metrics=metrics, thresholds=dict(base.thresholds),
+            error=str(t["error"])[:MAX_STORED_ERROR] if status not in COMPARED else None, metrics=metrics, thresholds=dict(base.thresholds),
             breaches=tuple(breaches), notes=(f"run {where}, brought back from {Path(source).name}",),
             details={"device": doc["device"], "engine": {k: v for k, v in info.items() if k not in ("inputs", "outputs")},
                      "ingested": {"file": str(source), "bundle": doc.get("bundle"), "ran_at": doc.get("created_at")}}))

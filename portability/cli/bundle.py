@@ -17,7 +17,7 @@ def bundle(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the check's JSON report here (for ingest --report)."),
     no_history: bool = typer.Option(False, "--no-history", help="Do not record the check in the history database."),
     serve: bool = typer.Option(False, "--serve", help="Then serve the folder read-only over HTTP until interrupted."),
-    host: str = typer.Option("127.0.0.1", "--host", help="With --serve: the address to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="With --serve: the address to listen on (IPv4 or IPv6; another than loopback warns)."),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="With --serve: the port (0: a free one)."),
 ) -> int:
     """Check MODEL on its reference and the web or mobile targets here, then write a folder that runs those
@@ -30,12 +30,30 @@ def bundle(
 
     err = Console(stderr=True)
     outputs.require_writable(json_path)
-    if serve and platform_of(targets) != "web":
-        from portability.core.errors import UsageError
+    server = None
+    if serve:
+        if platform_of(targets) != "web":
+            from portability.core.errors import UsageError
 
-        raise UsageError("--serve serves a web bundle: a mobile bundle's folder is copied to the device")
-    with err.status("checking and bundling…"):
-        b = build(model, targets, out, shapes=shape or None)
+            raise UsageError("--serve serves a web bundle: a mobile bundle's folder is copied to the device")
+        from portability.bundle.serve import BundleServer
+
+        server = BundleServer(out, host, port)  # a wrong or taken address: refused before the check runs
+    try:
+        with err.status("checking and bundling…"):
+            b = build(model, targets, out, shapes=shape or None)
+        _report(b, json_path, no_history, out, err)
+        if server is not None:
+            _serve(server, err)
+    finally:
+        if server is not None:
+            server.close()
+    return 0
+
+
+def _report(b, json_path: Optional[Path], no_history: bool, out: Path, err) -> None:
+    from portability.cli import outputs
+
     if json_path:
         from portability.report.files import write_json
 
@@ -47,18 +65,19 @@ def bundle(
     for line in b.skipped:
         err.print(f"[yellow]not bundled:[/] {line}", highlight=False, soft_wrap=True)
     err.print(f"bundle: {out} ({', '.join(t['id'] for t in b.manifest['targets'])})", highlight=False)
-    if serve:
-        from portability.bundle.serve import BundleServer
 
-        server = BundleServer(out, host, port)
-        print(server.url, flush=True)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.httpd.server_close()
-    return 0
+
+def _serve(server, err) -> None:
+    """The bound URL on stdout (its first line), a warning first where it is not loopback; until interrupted."""
+    if not server.loopback:
+        where = f"every interface of this machine, port {server.port}" if server.every_interface else server.url
+        err.print(f"[yellow]warning:[/] serving on {where}: not loopback, so whoever can reach this machine can read the "
+                  "bundle (its model and inputs); open it by this machine's IP address or name", highlight=False, soft_wrap=True)
+    print(server.url, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
 
 
 def ingest(
@@ -93,6 +112,6 @@ def ingest(
         p50 = ((t.metrics or {}).get("latency_ms") or {}).get("p50")
         err.print(f"  {t.status:<10} {t.id}  max_abs {mx if mx is not None else '–'}  cosine {cos if cos is not None else '–'}  "
                   f"p50 {f'{p50:.3f} ms' if p50 is not None else '–'}{'  ' + (t.error or '; '.join(t.breaches)) if t.error or t.breaches else ''}",
-                  highlight=False, soft_wrap=True)
+                  highlight=False, markup=False, soft_wrap=True)
     err.print(f"joined {label}: {len(added)} target(s)", highlight=False)
     return 0

@@ -1,10 +1,12 @@
 """The history of checks: an embedded SQLite database, one row per check, in the user's data folder.
 
 ``$PORTABILITY_DATA_DIR/history.sqlite``, else ``$XDG_DATA_HOME/portability/history.sqlite``, else
-``~/.local/share/portability/history.sqlite``. WAL mode, a busy timeout and short write transactions
-let several checks (separate processes) record at once. The schema is versioned with ``PRAGMA
-user_version`` and upgraded by the ordered MIGRATIONS below, each in its own transaction; a database
-made by a newer version of the tool is refused, never rewritten.
+``~/.local/share/portability/history.sqlite``. The history is the owner's alone: the data folder is
+created 0700 and the database 0600 before SQLite opens it (SQLite gives its -wal and -shm files the
+database's mode), whatever the umask; an existing database of wider mode is narrowed to 0600. WAL mode,
+a busy timeout and short write transactions let several checks (separate processes) record at once. The
+schema is versioned with ``PRAGMA user_version`` and upgraded by the ordered MIGRATIONS below, each in its
+own transaction; a database made by a newer version of the tool is refused, never rewritten.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,13 +94,42 @@ def env_key(environment: dict) -> str:
     return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _private_folder(folder: Path) -> None:
+    """``folder`` created 0700 (its parents as usual); one that exists is left as it is (it may be shared)."""
+    if folder.is_dir():
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:  # made by another process meanwhile
+        return
+    os.chmod(folder, 0o700)  # the umask may have taken more than group and others' bits
+
+
+def _private_file(path: Path) -> None:
+    """The database file created 0600 for SQLite to open; the owner's own database, -wal and -shm files that
+    exist with wider modes narrowed to 0600."""
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT, 0o600))
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            st = p.stat()
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) != 0o600:
+                os.chmod(p, 0o600)
+        except FileNotFoundError:
+            continue
+
+
 class History:
     """One connection to the history database (open it per command; it is not shared across threads)."""
 
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else default_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _private_folder(self.path.parent)
+            _private_file(self.path)
+        except OSError as e:
+            raise HistoryError(f"history database {self.path}: {e.strerror or e}") from None
+        try:
             # autocommit mode: every write below opens its own short BEGIN IMMEDIATE transaction
             self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
