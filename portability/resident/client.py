@@ -207,9 +207,9 @@ def server_argv(path: Path, idle_s: float) -> list[str]:
 
 
 def _server_env() -> dict[str, str]:
-    """A worker's environment (``workers.runner.worker_env``: this ``portability`` first on ``PYTHONPATH``), without
+    """A worker's environment (``core.child_env.worker_env``: this ``portability`` first on ``PYTHONPATH``), without
     the relative folders of ``PYTHONPATH`` (they would name the current folder, or ``/``'s)."""
-    from portability.workers.runner import worker_env
+    from portability.core.child_env import worker_env
 
     env = worker_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p))

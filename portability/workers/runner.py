@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from portability.core.protocol import Job, Phase, WorkerResult
+from portability.core.child_env import worker_env  # noqa: F401  (the workers' environment)
 from portability.core.status import Status
 from portability.workers import worker_pool
 from portability.core.limits import Limits
@@ -167,18 +168,6 @@ def prestart(pool: str = "", resident: Path | bool = True, lasting: bool = False
                 resident = False
         worker_pool.use_resident(resident or None, lasting)
     worker_pool.prestart(worker_env(), flavour=pool)
-
-
-def worker_env() -> dict[str, str]:
-    """A worker's environment: this process's, with this environment's tools first on PATH and this
-    portability first on PYTHONPATH."""
-    env = dict(os.environ)
-    bindir = os.path.dirname(sys.executable)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")  # console tools of this environment (onnxsim...)
-    # the worker imports the same portability as this process, whatever is installed elsewhere
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
 
 
 def run_module(argv: list[str], env: dict[str, str], cwd: Path, flavour: str, timeout_s: float):
