@@ -11,6 +11,8 @@ FIXTURE_MODELS = ["lenet.onnx", "mlp.onnx", "mlp_dynamic.onnx", "two_outputs.onn
 
 
 ORT_AND_REFERENCE = "server/ort-cpu-noopt,server/onnx-reference,server/ort-cuda"  # server/tf: test_server_tf.py
+#: server/ort-cuda is named but skipped without a GPU: a named target that cannot run fails the run unless allowed
+ALLOW = "--allow-skipped"
 
 
 def test_every_server_target_is_in_the_report(tmp_path):
@@ -26,7 +28,7 @@ def test_every_server_target_is_in_the_report(tmp_path):
 
 @pytest.mark.parametrize("name", FIXTURE_MODELS)
 def test_server_targets_on_fixture(tmp_path, name):
-    r = check_json(tmp_path, FIXTURES / name, "--targets", ORT_AND_REFERENCE, "--runs", "5")
+    r = check_json(tmp_path, FIXTURES / name, "--targets", ORT_AND_REFERENCE, "--runs", "5", ALLOW)
     t = by_id(r)
     assert set(t) == {"server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference", "server/ort-cuda"}
     for tid in ("server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference"):
@@ -44,18 +46,21 @@ def test_server_targets_on_fixture(tmp_path, name):
 
 
 def test_cuda_target_honest_status(tmp_path):
-    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "server/ort-cuda", "--runs", "2")
-    cuda = by_id(r)["server/ort-cuda"]
     import glob
 
-    if not glob.glob("/dev/nvidia[0-9]*"):
+    gpu = bool(glob.glob("/dev/nvidia[0-9]*"))
+    # named by its id, it is required: without a GPU the run fails (exit 1), saying why
+    r = check_json(tmp_path, FIXTURES / "mlp.onnx", "--targets", "server/ort-cuda", "--runs", "2", expect_rc=None if gpu else 1)
+    cuda = by_id(r)["server/ort-cuda"]
+    if not gpu:
         assert cuda["status"] == "skipped" and "GPU" in cuda["error"] and cuda["hint"]
+        assert r["passed"] is False and any("server/ort-cuda" in n for n in r["notes"])
     else:
         assert cuda["status"] in ("pass", "skipped", "fallback"), cuda
 
 
 def test_report_schema_v1(tmp_path):
-    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", ORT_AND_REFERENCE, "--runs", "3")
+    r = check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", ORT_AND_REFERENCE, "--runs", "3", ALLOW)
     assert r["schema_version"] == 1 and r["tool"]["name"] == "portability"
     assert {"python", "platform", "cpu", "packages"} <= set(r["environment"])
     assert r["environment"]["packages"]["onnxruntime"]
@@ -80,8 +85,8 @@ def test_report_schema_v1(tmp_path):
 def test_cache_second_run_converts_nothing(tmp_path):
     cache = tmp_path / "c"
     env = {"PORTABILITY_CACHE_DIR": str(cache)}
-    first = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", env=env)
-    second = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", env=env)
+    first = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, ALLOW, "--runs", "0", env=env)
+    second = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, ALLOW, "--runs", "0", env=env)
     conv = lambda r: [c["cached"] for t in r["targets"] for c in t["details"].get("conversions", [])]  # noqa: E731
     ran = sum(t["status"] != "skipped" for t in second["targets"])
     assert conv(first)[0] is False and all(conv(second)) and len(conv(second)) == ran >= 3
@@ -99,13 +104,13 @@ def test_cache_second_run_converts_nothing(tmp_path):
     entries[0].write_text(json.dumps({k: v for k, v in json.loads(entries[0].read_text()).items() if k != "size"}))
     check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", "server/ort-cpu-noopt", "--runs", "0", env=env)
     assert Artifact.from_dict(json.loads(entries[0].read_text())).size == made.size
-    nocache = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0", "--no-cache", env=env)
+    nocache = check_json(tmp_path, FIXTURES / "mlp.onnx", "-t", ORT_AND_REFERENCE, ALLOW, "--runs", "0", "--no-cache", env=env)
     assert not any(conv(nocache))
     assert len(list((cache / "artifacts").glob("*/*/artifact.json"))) == 1
 
 
 def test_junit_and_table_output(tmp_path):
-    p = run_cli("check", str(FIXTURES / "mlp.onnx"), "-t", ORT_AND_REFERENCE, "--runs", "2", "--junit", str(tmp_path / "j.xml"))
+    p = run_cli("check", str(FIXTURES / "mlp.onnx"), "-t", ORT_AND_REFERENCE, ALLOW, "--runs", "2", "--junit", str(tmp_path / "j.xml"))
     assert p.returncode == 0, p.stderr
     assert "server/ort-cpu-noopt" in p.stdout and "pass" in p.stdout
     xml = (tmp_path / "j.xml").read_text()
@@ -136,7 +141,7 @@ def test_output_whose_shape_varies_is_compared_batch_by_batch(tmp_path):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     save(m, tmp_path / "nz.onnx")
-    r = check_json(tmp_path, tmp_path / "nz.onnx", "-t", ORT_AND_REFERENCE, "--runs", "0")
+    r = check_json(tmp_path, tmp_path / "nz.onnx", "-t", ORT_AND_REFERENCE, ALLOW, "--runs", "0")
     noopt = by_id(r)["server/ort-cpu-noopt"]
     assert noopt["status"] == "pass" and noopt["metrics"]["outputs"]["idx"]["max_abs"] == 0.0
 

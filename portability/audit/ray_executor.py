@@ -22,6 +22,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Callable
 
+from portability.core.availability import install
 from portability.core.errors import UsageError
 from portability.core.status import Status
 
@@ -72,7 +73,7 @@ def _init(address: str | None, workers: int):
     try:
         import ray
     except ImportError:
-        raise UsageError("--executor ray needs Ray (pip install ray): it is not installed") from None
+        raise UsageError(f"--executor ray needs Ray ({install('ray')}): it is not installed") from None
     if ray.is_initialized():
         return ray, False
     env = {k: v for k, v in os.environ.items() if k.startswith("PORTABILITY_")}

@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from portability.cli.options import (REPORTS, ConfigOpt, HtmlOpt, JsonOpt, JunitOpt, MarkdownOpt, ProfileOpt, QuietOpt,
-                                     takes_settings)
+from portability.cli.options import (REPORTS, AllowSkippedOpt, ConfigOpt, HtmlOpt, JsonOpt, JunitOpt, MarkdownOpt,
+                                     ProfileOpt, QuietOpt, takes_settings)
 from portability.core.status import Status
 
 
@@ -63,6 +63,7 @@ class _Asked:
     config: Optional[Path] = None
     profile: Optional[str] = None
     quiet: bool = False
+    allow_skipped: bool = False
 
 
 @takes_settings("check")
@@ -80,14 +81,17 @@ def check(
     config: ConfigOpt = None,
     profile: ProfileOpt = None,
     quiet: QuietOpt = False,
+    allow_skipped: AllowSkippedOpt = False,
     **settings: Any,
 ) -> int:
     """Convert MODEL for each target, run it there, compare with the source's own runtime, and report.
 
-    Exit 0 when every gating target passed, 1 when one failed, 2 on a usage error or bad model/input."""
+    Exit 0 when every gating target passed (and every target named by its id ran), 1 when one failed (or a
+    named one was skipped, unless --allow-skipped), 2 on a usage error or bad model/input."""
     asked = _Asked(json_path=json_path, junit_path=junit_path, html_path=html_path, markdown_path=markdown_path,
                    baseline=baseline, save_outputs=save_outputs, baseline_latency=baseline_latency,
-                   max_size_growth=max_size_growth, no_history=no_history, config=config, profile=profile, quiet=quiet)
+                   max_size_growth=max_size_growth, no_history=no_history, config=config, profile=profile, quiet=quiet,
+                   allow_skipped=allow_skipped)
     return _check(model, asked, settings)
 
 
@@ -140,10 +144,13 @@ def _check(model: Path, f: _Asked, flags: dict[str, Any]) -> int:
             from portability.explain import fix
 
             fix.attach(report, model, opts, say=lambda s: status.update(f"fix: {s}…"))
+    from portability.engine.verdict import require_named, unmet
     from portability.report.golden import Golden
 
+    missing = [] if f.allow_skipped else unmet(report, opts.targets)
+    report = require_named(report, opts.targets, f.allow_skipped)  # explicit means required: files and exit agree
     golden = Golden.of(kept["inputs"], kept["outputs"]) if kept else None
-    return _report(f, report, base, tol, err, golden)
+    return _report(f, report, base, tol, err, golden, missing)
 
 
 def _say_sandbox(mode: str, err) -> None:
@@ -168,7 +175,7 @@ def _say_sandbox(mode: str, err) -> None:
         err.print(f"[yellow]warning:[/] {off}: models are confined by the OS sandbox alone", highlight=False)
 
 
-def _report(f: _Asked, report, base, tol, err, golden=None) -> int:
+def _report(f: _Asked, report, base, tol, err, golden=None, missing=()) -> int:
     """Print the table and notes, write the files, record the history, compare with the baseline; the exit code."""
     from rich.console import Console
 
@@ -186,8 +193,10 @@ def _report(f: _Asked, report, base, tol, err, golden=None) -> int:
 
     for t in version_tables(report):
         out.print(t)
-    for tid, why in explanations(report):
-        out.print(f"  [bold]{tid}[/]: {why}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    for tid, why in explanations(report):  # escaped: a hint's 'portability[extra]' is not markup
+        out.print(f"  [bold]{tid}[/]: {escape(why)}", highlight=False, soft_wrap=True)
     from portability.report import localized
 
     for tid, doc in localized.found(report):
@@ -214,10 +223,19 @@ def _report(f: _Asked, report, base, tol, err, golden=None) -> int:
         err.print(f"history: run {run_id}" if run_id is not None else f"[yellow]history not recorded:[/] {why}", highlight=False)
     for line in outputs.change_lines(changes):
         out.print(line, highlight=False, soft_wrap=True)
-    return _verdict(report, changes, err)
+    return _verdict(report, changes, err, missing)
 
 
-def _verdict(report, changes, err) -> int:
+def _skipped_line(t) -> str:
+    """A named target that was skipped: its id, why, and the command that fixes it."""
+    return f"{t.id} skipped ({t.error or 'not available here'}" + (f"; fix: {t.hint}" if t.hint else "") + ")"
+
+
+def _verdict(report, changes, err, missing=()) -> int:
+    """The closing line and the exit code. ``missing``: the targets named by their id that were skipped
+    (``engine.verdict.unmet``), each failing the run."""
+    from rich.markup import escape
+
     regressed = [] if changes is None else list(changes.gating_regressions)
     gating_failed = [t.id for t in report.targets if t.gating and t.failed]
     ref = report.targets[0]
@@ -225,12 +243,15 @@ def _verdict(report, changes, err) -> int:
     if ref.status not in (Status.PASS, Status.FALLBACK):
         err.print(f"[red]the reference {ref.id} did not run ({ref.status}): nothing to compare with[/]"
                   + (f"; {len(skipped)} other targets not run" if skipped else ""))
-    elif skipped:
+    elif skipped and not missing:
         err.print(f"[yellow]{len(skipped)} of {len(report.targets)} targets skipped[/] (not available here: see each reason)")
-    if report.passed and not regressed:
+    if report.passed and not regressed and not missing:
         err.print("[green]passed[/]: every gating target is within its thresholds"
                   + (f" and nothing regressed since {changes.before}" if changes is not None else ""), soft_wrap=True)
         return 0
-    err.print(f"[red]failed[/]: {', '.join(gating_failed + [f'{c.target} regressed ({c.metric})' for c in regressed])}",
-              soft_wrap=True, highlight=False)
+    named = [_skipped_line(t) for t in missing]
+    if named:
+        named[-1] += " — named with --targets, so required (--allow-skipped lets the run pass without them)"
+    failures = ", ".join(gating_failed + [f"{c.target} regressed ({c.metric})" for c in regressed])
+    err.print("[red]failed[/]: " + escape("; ".join(filter(None, [failures, *named]))), soft_wrap=True, highlight=False)
     return 1

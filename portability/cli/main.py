@@ -49,24 +49,38 @@ app.add_typer(setup_cmd.app, name="setup")
 
 
 def _cli_exceptions() -> tuple[tuple[type, ...], tuple[type, ...], tuple[type, ...]]:
-    """(usage errors, exit requests, aborts) of the click that typer runs on: its own vendored copy
-    (typer >= 0.20) and/or the click package."""
-    usage, exits, aborts = [], [], []
+    """(usage errors, exit requests, aborts) of the click that typer runs on, through typer's own names: its
+    vendored copy (typer >= 0.20) or the click package it depends on (older typer). ``click`` itself is not
+    imported: typer >= 0.20 no longer installs it."""
+    usage = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    return (usage,), (typer.Exit,), (typer.Abort,)
+
+
+def version() -> str:
+    """The installed distribution's version, else (a checkout run without installing) the package's own."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
     try:
-        import typer.exceptions as te
-        from typer._click import exceptions as tc  # type: ignore[attr-defined]
+        return dist_version("portability")
+    except PackageNotFoundError:
+        import portability
 
-        usage.append(tc.UsageError)
-        exits.append(te.Exit)
-        aborts.append(te.Abort)
-    except (ImportError, AttributeError):
-        pass
-    import click
+        return portability.__version__
 
-    usage.append(click.exceptions.UsageError)
-    exits.append(click.exceptions.Exit)
-    aborts.append(click.exceptions.Abort)
-    return tuple(usage), tuple(exits), tuple(aborts)
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"portability {version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(False, "--version", help="Print the version and exit.", callback=_show_version,
+                                      is_eager=True),
+) -> None:
+    """Does a trained model still work, and how well, once it leaves its framework?"""
 
 
 def main() -> None:

@@ -25,6 +25,10 @@ MarkdownOpt = Annotated[Optional[Path], typer.Option("--markdown", help="Write a
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Settings file (default: ./portability.toml or \\[tool.portability] in ./pyproject.toml).")]
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Apply the settings of \\[tool.portability.profiles.NAME] over the base settings.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the table (and errors).")]
+AllowSkippedOpt = Annotated[bool, typer.Option(
+    "--allow-skipped", help="Let the run pass when a target named by its exact id in --targets could not run here "
+    "(skipped); without it such a target fails the run. Platform names (server, web, mobile, all) only ever ask for "
+    "what can run here.")]
 
 
 def annotation(s: Setting) -> Any:
@@ -80,4 +84,4 @@ def takes_settings(command: str) -> Callable:
 
 
 __all__ = ["takes_settings", "annotation", "flag_value", "JsonOpt", "JunitOpt", "HtmlOpt", "MarkdownOpt", "ConfigOpt",
-           "ProfileOpt", "QuietOpt"]
+           "ProfileOpt", "QuietOpt", "AllowSkippedOpt"]

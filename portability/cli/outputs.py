@@ -7,6 +7,7 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
+from portability.core.availability import install
 from portability.core.errors import UsageError
 from portability.report.diff import Diff, Tolerances
 from portability.report.schema import Report
@@ -20,7 +21,7 @@ def require_writable(*paths: Path | None) -> None:
 
 def require_plotting(html: Path | None) -> None:
     if html is not None and importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--html draws its plots with matplotlib, which is not installed (pip install matplotlib)")
+        raise UsageError("--html draws its plots with matplotlib, which is not installed ({install('report')})")
 
 
 def tolerances(cfg: dict, latency: bool, size_growth: float | None) -> Tolerances:

@@ -11,6 +11,7 @@ def targets(
     import json
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from portability.targets import availability, registry
@@ -26,6 +27,7 @@ def targets(
     table = Table("target", "here", "gating", "what it is / how to enable")
     for r in rows:
         how = r["description"] if r["available"] else f"{r['reason']} — fix: {r['hint']}"
+        how = escape(how)  # a hint's 'portability[extra]' is not markup
         table.add_row(r["id"], "yes" if r["available"] else "[dim]no[/]", "yes" if r["gating"] else "x-check", how)
     Console().print(table)
     return 0

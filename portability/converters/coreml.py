@@ -22,9 +22,10 @@ from typing import Any
 from portability.converters.base import ConvertContext, Converter, package_version, require
 from portability.converters.onnx2tf import plain_saved_model
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import ConvertError
 
-_HINT = {"coremltools": "pip install coremltools==9.0"}
+_HINT = {"coremltools": install("coreml")}
 #: Core ML Tools' messages that name the op it cannot convert
 _OP = (re.compile(r"Unsupported fx node (\w+)"), re.compile(r"convert function for op '(\w+)' not implemented"),
        re.compile(r"Conversion for TF op '(\w+)' not implemented"), re.compile(r"converting '(\w+)' op"))
@@ -72,7 +73,7 @@ class CoremlFromTorch(Converter):
         return f"2+coremltools{package_version('coremltools')}+torch{package_version('torch')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"torch": "pip install torch==2.13.0", **_HINT}, "to convert to Core ML")
+        require({"torch": install("torch"), **_HINT}, "to convert to Core ML")
         import torch
 
         from portability.converters.torch_onnx import _example, _message, _open
@@ -104,7 +105,7 @@ class CoremlFromSavedModel(Converter):
         return f"2+coremltools{package_version('coremltools')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"tensorflow": "pip install tensorflow-cpu", **_HINT}, "to convert to Core ML")
+        require({"tensorflow": install("tensorflow"), **_HINT}, "to convert to Core ML")
         ct = _import_ct()
         import tensorflow as tf
 

@@ -15,6 +15,7 @@ from typing import Any
 from portability.converters.base import ConvertContext, Converter, package_version, require
 from portability.converters.torch_onnx import _example, _message, _open
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import ConvertError
 
 DELEGATES = ("xnnpack", "portable")
@@ -32,8 +33,8 @@ class PteFromTorch(Converter):
         return f"1+executorch{package_version('executorch')}+torch{package_version('torch')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"torch": "pip install torch==2.13.0",
-                 "executorch": "pip install --no-deps executorch==1.5.1 torchao==0.18.0 ruamel.yaml tabulate"},
+        require({"torch": install("torch"),
+                 "executorch": install("executorch")},
                 "to lower a PyTorch program to ExecuTorch")
         import torch  # before executorch: its extension links against the installed torch's libraries
 

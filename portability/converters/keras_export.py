@@ -11,6 +11,7 @@ from typing import Any
 
 from portability.converters.base import ConvertContext, Converter, package_version, require
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import BadModel, ConvertError
 
 
@@ -25,7 +26,7 @@ class SavedModelFromKeras(Converter):
         return f"1+keras{package_version('keras')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"keras": "pip install keras", "tensorflow": "pip install tensorflow-cpu"}, "to export a Keras model")
+        require({"keras": install("tensorflow"), "tensorflow": install("tensorflow")}, "to export a Keras model")
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         from portability.converters.savedmodel_io import savedmodel_io
         from portability.sources.keras import open_model

@@ -32,6 +32,7 @@ from portability.converters.calibration import batch_of, calibration_batches, co
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_float_files, describe_tflite, layout_notes
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.model import read_signature
 from portability.core.protocol import IoMap
 from portability.core.errors import ConvertError
@@ -55,8 +56,9 @@ def _versions() -> str:
     return f"11+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
-_NEEDS = {"onnx2tf": "pip install --no-deps onnx2tf==1.29.24 (see requirements/)", "tensorflow": "pip install tensorflow-cpu",
-          "tf_keras": "pip install --no-deps tf-keras", "ai_edge_litert": "pip install ai-edge-litert"}
+#: checked in this order: the extra first, then what `portability setup mobile` adds to it
+_NEEDS = {"tensorflow": install("mobile"), "ai_edge_litert": install("mobile"), "onnx2tf": install("onnx2tf"),
+          "tf_keras": install("onnx2tf")}
 
 
 def _require() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from portability.converters.base import ConvertContext, Converter, package_version, run_tool, require
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import ConvertError
 
 OPSET = 17
@@ -33,7 +34,7 @@ class OnnxFromSavedModel(Converter):
         return f"1+tf2onnx{package_version('tf2onnx')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"tf2onnx": "pip install tf2onnx==1.17.0", "tensorflow": "pip install tensorflow-cpu"}, "to convert a SavedModel to ONNX")
+        require({"tf2onnx": install("tensorflow"), "tensorflow": install("tensorflow")}, "to convert a SavedModel to ONNX")
         from portability.converters.onnx_names import rename_io
         from portability.core.model import read_signature
 

@@ -24,6 +24,7 @@ from portability.converters.base import ConvertContext, Converter, package_versi
 from portability.converters.onnx2tf import plain_saved_model
 from portability.converters.tflite_layout import layout_notes
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import ConvertError
 
 QUANTIZE = {None: [], "float16": ["--quantize_float16=*"], "uint8": ["--quantize_uint8=*"], "uint16": ["--quantize_uint16=*"]}
@@ -42,8 +43,7 @@ converter.pip_main()
 """
 
 
-_NEEDS = {"tensorflowjs": "pip install --no-deps tensorflowjs==4.22.0 (see requirements/nodeps.txt)",
-          "tensorflow": "pip install tensorflow-cpu", "tf_keras": "pip install --no-deps tf-keras"}
+_NEEDS = {"tensorflow": install("tensorflow"), "tensorflowjs": install("tfjs"), "tf_keras": install("tfjs")}
 
 
 #: what the converter's process says that is no part of its failure (TensorFlow's start-up, a font library's

@@ -34,7 +34,7 @@ class Tool:
     def unavailable(self):
         from portability.core.errors import Unavailable
 
-        return Unavailable(self.status()[1], f"portability setup {self.name} (scripts/setup.sh runs it)")
+        return Unavailable(self.status()[1], f"portability setup {self.name}")
 
     def provision(self, commands: Callable[[Path], list[list[str]]], log: Callable[[str], None] = print) -> Path:
         """Run ``commands(folder)`` in a fresh folder, then stamp it; idempotent. Raises RuntimeError with

@@ -16,6 +16,7 @@ import numpy as np
 
 from portability.converters.base import ConvertContext, Converter, package_version, require
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import BadModel, ConvertError
 
 OPSET = 18
@@ -86,7 +87,7 @@ class _TorchToOnnx(Converter):
         return f"2+torch{package_version('torch')}+onnxscript{package_version('onnxscript')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"torch": "pip install torch==2.13.0", "onnxscript": "pip install onnxscript"}, "to export a PyTorch model")
+        require({"torch": install("torch"), "onnxscript": install("torch")}, "to export a PyTorch model")
         import torch
 
         from portability.converters.onnx_names import rename_io

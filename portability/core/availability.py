@@ -7,6 +7,31 @@ import importlib.util
 from dataclasses import dataclass
 
 
+#: the one command that installs each optional part, for every "missing" message: an extra of the wheel
+#: (``[project.optional-dependencies]`` in pyproject.toml) or a ``portability setup`` subcommand
+INSTALL = {
+    "portability": "pip install --force-reinstall portability",
+    "tensorflow": "pip install 'portability[tensorflow]'",
+    "mobile": "pip install 'portability[mobile]'",
+    "torch": "pip install 'portability[torch]'",
+    "openvino": "pip install 'portability[openvino]'",
+    "coreml": "pip install 'portability[coreml]'",
+    "report": "pip install 'portability[report]'",
+    "ray": "pip install 'portability[ray]'",
+    # onnxruntime-gpu's files replace onnxruntime's (one import name): installed over it, last
+    "gpu": "pip install 'portability[gpu]' && pip install --force-reinstall --no-deps onnxruntime-gpu",
+    "onnx2tf": "portability setup mobile",
+    "tfjs": "portability setup tfjs",
+    "executorch": "portability setup executorch",
+    "web": "portability setup web",
+}
+
+
+def install(part: str) -> str:
+    """The command that installs ``part`` (a key of :data:`INSTALL`)."""
+    return INSTALL[part]
+
+
 @dataclass(frozen=True)
 class Availability:
     ok: bool

@@ -94,7 +94,7 @@ def status() -> tuple[bool, str]:
     except (OSError, ValueError):
         return False, f"MXNet's environment in {d} is incomplete: no successful import test recorded ({fix})"
     if ready.get("pins") != _digest(requirements()):
-        return False, f"MXNet's environment in {d} was built from other pins than requirements/mxnet.txt ({fix})"
+        return False, f"MXNet's environment in {d} was built from other pins than this portability's ({fix})"
     return True, "ready: " + ", ".join(f"{k} {v}" for k, v in ready.get("versions", {}).items())
 
 

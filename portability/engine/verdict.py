@@ -8,10 +8,14 @@ Status: not run (``skipped``: unavailable here, or nothing to compare with), the
 (``convert-error`` … ``crashed``), ``fallback`` when the backend that ran is not the one asked for (with
 ``--strict-backend``, also when some of the model's nodes ran off it: ``details["placement"]``), else
 ``drift`` when a metric is outside its threshold, else ``pass``.
+
+The run: every gating target that did not fail, and (:func:`require_named`) every target named by its exact id in
+``--targets`` having run: explicit means required. A platform name (``web``, ``all``) asks for what can run here,
+so its skipped targets never fail the run; ``--allow-skipped`` lets named ones be skipped too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from portability.core.protocol import WorkerResult
 from portability.core.status import Status
@@ -69,6 +73,44 @@ def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[s
     if status == Status.DRIFT and worker.caveat:
         notes.append(worker.caveat)
     return Verdict(status, g, tuple(found), tuple(notes))
+
+
+def named(spec: str) -> list[str]:
+    """The exact target ids a ``--targets`` value names, in order (platform names and ``all`` name none)."""
+    return list(dict.fromkeys(p.strip() for p in spec.split(",") if "/" in p))
+
+
+def _convert_only(target_id: str) -> bool:
+    """Whether the target's runtime never runs a model here by design (Core ML): its ``skipped`` after a
+    conversion is all it can do (the runtime class says so: ``convert_only``)."""
+    from portability.core.target import load_class
+    from portability.targets import registry
+
+    t = registry().get(target_id)
+    try:
+        return t is not None and bool(getattr(load_class(t.runtime), "convert_only", False))
+    except (ImportError, AttributeError):
+        return False
+
+
+def unmet(report, spec: str) -> list:
+    """The results of the targets ``spec`` names exactly that ended ``skipped`` (a convert-only target whose
+    conversion was made excepted)."""
+    asked = set(named(spec))
+    return [t for t in report.targets if t.id in asked and t.status == Status.SKIPPED
+            and not (t.artifact and _convert_only(t.id))]
+
+
+def require_named(report, spec: str, allow_skipped: bool = False):
+    """``report`` failed (``passed`` false, a note naming them) when a target ``spec`` names exactly was skipped,
+    unless ``allow_skipped``; else ``report`` itself."""
+    missing = [] if allow_skipped else unmet(report, spec)
+    if not missing:
+        return report
+    ids = ", ".join(t.id for t in missing)
+    note = (f"named with --targets but not run here: {ids}; a target named by its id is required "
+            "(--allow-skipped lets the run pass without it)")
+    return replace(report, passed=False, notes=(*report.notes, note))
 
 
 def delegate_ab(results: list, targets: list[Target]) -> list[str]:

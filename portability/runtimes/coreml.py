@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import Unavailable
 from portability.runtimes.base import Availability, Runtime, modules_present
 
@@ -14,10 +15,12 @@ from portability.runtimes.base import Availability, Runtime, modules_present
 class CoreMlConvertOnly(Runtime):
     input_format = "coreml"
     uses = ("coremltools",)
+    #: never predicts here: a ``skipped`` after its conversion is all this target can be (``engine.verdict.unmet``)
+    convert_only = True
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("coremltools", hint="pip install coremltools==9.0")
+        return modules_present("coremltools", hint=install("coreml"))
 
     def load(self, artifact: Artifact) -> None:
         ops = artifact.meta.get("ops") or {}

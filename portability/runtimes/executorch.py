@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import LoadError, RunError
 from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
 
@@ -32,8 +33,8 @@ class ExecuTorchRuntime(Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("torch", "executorch",
-                               hint="pip install --no-deps executorch==1.5.1 torchao==0.18.0 ruamel.yaml tabulate")
+        a = modules_present("torch", hint=f"{install('torch')}, then: {install('executorch')}")
+        return modules_present("executorch", hint=install("executorch")) if a.ok else a
 
     def load(self, artifact: Artifact) -> None:
         import torch  # first: ExecuTorch's extension links against the installed torch's libraries

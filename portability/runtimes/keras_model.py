@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import BadModel, LoadError, RunError
 from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
 
@@ -22,7 +23,7 @@ class KerasModel(Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("keras", "tensorflow", hint="pip install keras tensorflow-cpu (see requirements/)")
+        return modules_present("keras", "tensorflow", hint=install("tensorflow"))
 
     def load(self, artifact: Artifact) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

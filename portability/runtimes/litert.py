@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import LoadError, RunError
 from portability.core.protocol import IoMap
 from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, placement, time_calls
@@ -171,7 +172,7 @@ class LiteRt(TfliteMapped, Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("ai_edge_litert", hint="pip install ai-edge-litert")
+        return modules_present("ai_edge_litert", hint=install("mobile"))
 
     def load(self, artifact: Artifact) -> None:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import LoadError, RunError
 from portability.runtimes.base import Availability, Runtime, modules_present
 
@@ -14,7 +15,7 @@ class OnnxReference(Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("onnx", hint="pip install onnx")
+        return modules_present("onnx", hint=install("portability"))
 
     def load(self, artifact: Artifact) -> None:
         import onnx

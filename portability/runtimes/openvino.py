@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import LoadError, RunError
 from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, placement, time_calls
 from portability.runtimes.litert import batches, from_tflite, tflite_io, to_tflite
@@ -66,7 +67,7 @@ class OpenVinoCpu(Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("openvino", hint="pip install openvino==2026.4.1")
+        return modules_present("openvino", hint=install("openvino"))
 
     def load(self, artifact: Artifact) -> None:
         ov = self._ov = import_openvino()

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import LoadError, RunError, Unavailable
 from portability.runtimes.base import Availability, Runtime, modules_present, placement, time_calls
 
@@ -57,7 +58,7 @@ class OrtCpu(Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("onnxruntime", hint="pip install onnxruntime")
+        return modules_present("onnxruntime", hint=install("portability"))
 
     def _session_options(self, ort):
         so = ort.SessionOptions()
@@ -87,7 +88,7 @@ class OrtCpu(Runtime):
 
     def _check_provider(self, ort) -> None:
         if self.provider not in ort.get_available_providers():
-            raise Unavailable(f"onnxruntime {ort.__version__} has no {self.provider}", "pip install onnxruntime")
+            raise Unavailable(f"onnxruntime {ort.__version__} has no {self.provider}", install("portability"))
 
     def describe(self) -> str:
         return f"onnxruntime {self._ort.__version__}"
@@ -147,19 +148,19 @@ class OrtCuda(OrtCpu):
 
     @classmethod
     def availability(cls) -> Availability:
-        a = modules_present("onnxruntime", hint="pip install onnxruntime-gpu")
+        a = modules_present("onnxruntime", hint=install("gpu"))
         if not a.ok:
             return a
         import glob
 
         if not (glob.glob("/dev/nvidia[0-9]*") or glob.glob("/proc/driver/nvidia")):
-            return Availability(False, "no NVIDIA GPU on this machine", "run on a machine with a CUDA GPU and `pip install onnxruntime-gpu`")
+            return Availability(False, "no NVIDIA GPU on this machine", f"run on a machine with a CUDA GPU, with `{install('gpu')}`")
         return Availability(True)
 
     def _check_provider(self, ort) -> None:
         if self.provider not in ort.get_available_providers():
             raise Unavailable(f"onnxruntime {ort.__version__} was built without the CUDA execution provider",
-                              "pip uninstall -y onnxruntime && pip install onnxruntime-gpu")
+                              install("gpu"))
         preload = getattr(ort, "preload_dlls", None)
         if preload is not None:  # CUDA and cuDNN from the nvidia-* pip packages, as onnxruntime-gpu's docs load them
             import contextlib

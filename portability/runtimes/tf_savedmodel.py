@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import LoadError, RunError
 from portability.core.protocol import TensorLink
 from portability.runtimes.base import Availability, Runtime, modules_present, output_dtypes, time_calls
@@ -62,7 +63,7 @@ class TfSavedModel(Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("tensorflow", hint="pip install tensorflow-cpu (see requirements/)")
+        return modules_present("tensorflow", hint=install("tensorflow"))
 
     def load(self, artifact: Artifact) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import install
 from portability.core.errors import BadModel, LoadError, RunError
 from portability.runtimes.base import Availability, Runtime, modules_present, time_calls
 
@@ -22,7 +23,7 @@ class TorchEager(Runtime):
 
     @classmethod
     def availability(cls) -> Availability:
-        return modules_present("torch", hint="pip install torch==2.13.0 (the CPU build; see scripts/setup.sh)")
+        return modules_present("torch", hint=install("torch"))
 
     def load(self, artifact: Artifact) -> None:
         import torch

@@ -152,7 +152,7 @@ def build(name: str, root: Path, log: Callable[[str], None] = lambda s: None) ->
         return folder
     ok, why = status()
     if not ok:
-        raise UsageError(f"{why}: run `portability setup transformers` (scripts/setup.sh runs it)")
+        raise UsageError(f"{why}: run `portability setup transformers`")
     folder.mkdir(parents=True, exist_ok=True)
     log(f"building {name} from its configuration (random weights, seed 0)")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="3",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from portability.core.availability import install
 from portability.core.errors import UsageError
 
 #: each framework's model file, as ``check`` reads it
@@ -55,7 +56,7 @@ def python_for(framework: str) -> tuple[list[str] | None, str | None]:
     import importlib.util
 
     if importlib.util.find_spec(mod) is None:
-        return None, f"{mod} is not installed (scripts/setup.sh installs it)"
+        return None, f"{mod} is not installed ({install('torch' if mod == 'torch' else 'tensorflow')})"
     return [sys.executable], None
 
 

@@ -57,12 +57,12 @@ def used_dists() -> tuple[str, ...]:
 
 def availability(target: Target):
     """The target runtime's own availability check; a runtime module that fails to import is unavailable."""
-    from portability.core.availability import Availability
+    from portability.core.availability import Availability, install
 
     try:
         return load_class(target.runtime).availability()
     except (ImportError, AttributeError) as e:
-        return Availability(False, f"runtime {target.runtime} cannot be imported ({e})", "reinstall portability: scripts/setup.sh")
+        return Availability(False, f"runtime {target.runtime} cannot be imported ({e})", install("portability"))
 
 
 def expand(spec: str, reg: dict[str, Target] | None = None, reference: str = REFERENCE) -> list[Target]:
