@@ -148,7 +148,8 @@ def test_the_perturbed_set_is_the_same_for_every_target(tmp_path):
     from portability.core.protocol import load_feeds
     from portability.engine import plan
     from portability.settings.options import resolve
-    from portability.engine.lease import Runner, Silent
+    from portability.engine.dispatch import Dispatch, Silent
+    from portability.engine.prepare import prepare
     from portability.core.inputs import prepare as prepare_feeds
     from portability.sources import load_source_isolated
 
@@ -156,8 +157,9 @@ def test_the_perturbed_set_is_the_same_for_every_target(tmp_path):
     opts = resolve({"dataset": str(FIXTURES / "digits.npz"), "samples": 12, "robustness": True, "robustness_samples": 6})
     feeds = prepare_feeds(model, opts)
     targets, _, _ = plan.for_check(model.format, "server,mobile", None)
-    run = Runner(model, feeds, opts, tmp_path, Silent(), plan.Planned(targets, {}, {}, {}))
-    rob = run.judge.robustness
+    prepared = prepare(model, feeds, opts, tmp_path)
+    run = Dispatch(model, feeds, opts, prepared, Silent(), plan.Planned(targets, {}, {}, {}))
+    rob = prepared.robustness
     files = {run.job(t).extra_feeds for t in targets}
     assert files == {str(rob.file)}
     want = perturb.build(feeds.arrays, feeds.labels, 6, opts.seed, opts.value_range, model.index_bounds)

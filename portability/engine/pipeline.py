@@ -1,4 +1,6 @@
-"""The check: model -> feeds -> reference -> every target in its worker -> metrics -> Report."""
+"""The check, stage by stage: read the model and its feeds, plan the targets (``plan``), prepare what their
+jobs share (``prepare``), dispatch every target to its worker and evaluate what it returns (``dispatch``,
+``evaluate``, ``verdict``), and make the Report."""
 from __future__ import annotations
 
 import logging
@@ -13,7 +15,8 @@ import portability
 from portability.core import inputs as inp
 from portability.core.model import ModelInfo
 from portability.engine import plan
-from portability.engine.lease import Progress, Runner, Silent
+from portability.engine.dispatch import Dispatch, Progress, Silent
+from portability.engine.prepare import prepare
 from portability.settings.options import CheckOptions
 from portability.workers import prestart, shutdown, versions
 from portability.report.schema import Report
@@ -86,25 +89,26 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             shutdown()
         raise
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
-    run = None
+    dispatch = None
     try:
-        run = Runner(model, feeds, opts, workdir, progress, chosen, session.services if session else None)
+        dispatch = Dispatch(model, feeds, opts, prepare(model, feeds, opts, workdir), progress, chosen,
+                            session.services if session else None)
         if session is not None:
-            session.readable(run.readable)
-        results = run.run_check()
-        notes, rob = run.notes(results), run.judge.robustness
-        matrix = versions.matrix(results, run.judge.outputs, chosen.versions)
+            session.readable(dispatch.readable)
+        done = dispatch.run_check()
+        results, rob = done.results, done.robustness
+        matrix = versions.matrix(results, done.outputs, chosen.versions)
         from portability.report.golden import Golden
 
         provenance = _provenance(feeds, opts)
-        digests = Golden.of(provenance, run.judge.outputs).digests()
+        digests = Golden.of(provenance, done.outputs).digests()
         if kept is not None:
-            kept.update(inputs=provenance, outputs=dict(run.judge.outputs), feeds=dict(feeds.arrays))
+            kept.update(inputs=provenance, outputs=dict(done.outputs), feeds=dict(feeds.arrays))
     finally:
         if session is None:
             shutdown()  # the pre-imported worker pool
-        if run is not None:
-            run.close()
+        if dispatch is not None:
+            dispatch.close()
         shutil.rmtree(workdir, ignore_errors=True)
     passed = all(not r.failed for r in results if r.gating)
     return Report(
@@ -119,7 +123,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         reference=chosen.targets[0].id,
         targets=tuple(results),
         passed=passed,
-        notes=tuple(notes),
+        notes=tuple(done.notes),
         versions=matrix,
         output_digests=digests,
     )

@@ -1,12 +1,13 @@
-"""Targets run in leased workers: each target's job, its worker (with the shared service its runtime uses,
-leased for it), its limits and its turn among the others; what each worker returns goes to the
-:class:`~portability.engine.evaluate.Evaluator`."""
+"""The check's third stage: every target's job dispatched to its worker — with the shared service its runtime
+uses leased for it, its limits and its turn among the others — and what each worker returns handed to the
+:class:`~portability.engine.evaluate.Evaluator`. ``Dispatch.run_check`` gives a :class:`Dispatched`: the
+results, every output that ran, and the notes the stages after the plan made."""
 from __future__ import annotations
 
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -14,11 +15,12 @@ import numpy as np
 
 from portability.core import inputs as inp
 from portability.core.model import ModelInfo
-from portability.core.protocol import Job, WorkerResult, save_feeds
+from portability.core.protocol import Job, WorkerResult
 from portability.core.status import DIED, Status
 from portability.engine import verdict
 from portability.engine.evaluate import Evaluator
 from portability.engine.plan import Planned
+from portability.engine.prepare import Prepared
 from portability.settings.options import CheckOptions, Limits
 from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
 from portability.workers import prestart as start_pool
@@ -40,37 +42,32 @@ class Silent:
     def target_done(self, result): pass
 
 
-class Runner:
+@dataclass(frozen=True)
+class Dispatched:
+    """What the dispatch stage gives the verdict and the report."""
+
+    results: list[TargetResult]
+    #: target id -> output name -> array, of every target that ran
+    outputs: dict[str, dict[str, np.ndarray]]
+    #: the check's notes: the inputs' warnings, the services', then what the results say of the model
+    notes: list[str]
+    #: the robustness pass, with ``--robustness`` (``metrics.robustness.run.Robustness``)
+    robustness: Any = None
+
+
+class Dispatch:
     """One check's targets in their workers: leases each its worker and shared service, in turn."""
 
-    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path, progress: Progress,
+    def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, prepared: Prepared, progress: Progress,
                  chosen: Planned, services: Services | None = None):
-        self.model, self.feeds, self.opts, self.workdir, self.progress = model, feeds, opts, workdir, progress
-        rob = None
-        if opts.robustness:
-            from portability.metrics.robustness import run as robust
-
-            rob = robust.prepare(model, feeds, opts, workdir)
+        self.model, self.feeds, self.opts, self.progress = model, feeds, opts, progress
+        self.prepared = prepared
+        self.workdir = prepared.workdir
         #: what judges each worker's result against the reference's
-        self.judge = Evaluator(model, feeds, opts, rob, chosen.targets[0].id, chosen.records)
+        self.evaluator = Evaluator(model, feeds, opts, prepared.robustness, chosen.targets[0].id, chosen.records)
         self.targets = chosen.targets
-        self.in_names = tuple(i.name for i in model.inputs)
-        #: the static shape of every input with a dynamic dimension, as the feeds have it (or as
-        #: ``opts.convert_shapes`` gives it): what converters get
-        conv = getattr(opts, "convert_shapes", None) or {}
-        self.input_shapes = {s.name: [int(d) for d in conv.get(s.name, feeds.arrays[s.name].shape[1:])]
-                             for s in model.inputs if any(not isinstance(d, int) for d in s.shape)}
-        self.feeds_file = workdir / "feeds.npz"
-        self.check_id = workdir.name  # unique per check (a fresh temporary folder)
-        save_feeds(feeds.arrays, self.feeds_file, self.in_names)
-        self.calibration = ""
-        if getattr(opts, "calibration_feeds", None):  # into the run's folder, which its workers may read
-            with np.load(opts.calibration_feeds, allow_pickle=False) as z:
-                given = {str(n): z[f"arr_{i}"] for i, n in enumerate(z["names"])}
-                save_feeds(given, workdir / "calibration.npz", self.in_names)
-            self.calibration = str(workdir / "calibration.npz")
         self.gate = TimingGate(opts.jobs)
-        self.readable = confine.readable(model.path, workdir, opts.cache_dir)
+        self.readable = confine.readable(model.path, prepared.workdir, opts.cache_dir)
         #: a session's services (``engine/session.py``: several checks share them), else the check's own
         self.services = services or Services(confine.shared(opts.sandbox, self.readable), opts.resident)
         self._own_services = services is None
@@ -135,7 +132,12 @@ class Runner:
         if self._own_services:
             self.services.close()
 
-    def run_check(self) -> list[TargetResult]:
+    def run_check(self) -> Dispatched:
+        """Every target, then the notes of the whole: see ``_results``."""
+        results = self._results()
+        return Dispatched(results, dict(self.evaluator.outputs), self._notes(results), self.prepared.robustness)
+
+    def _results(self) -> list[TargetResult]:
         """The reference, then every other target beside the others (or skipped, saying why, where the
         reference did not run)."""
         self.prestart(self.targets[1:])
@@ -148,11 +150,12 @@ class Runner:
             return [ref] + [self.run(t, skip_reason=why) for t in self.targets[1:]]
         return [ref] + self.run_all(self.targets[1:])
 
-    def notes(self, results: list[TargetResult]) -> list[str]:
+    def _notes(self, results: list[TargetResult]) -> list[str]:
         """The check's notes: the inputs' warnings, then what the results say of the model as a whole."""
-        return (list(self.feeds.warnings) + list(self.services.notes) + self.judge.random_note() + self.judge.quantized_note()
+        ev = self.evaluator
+        return (list(self.feeds.warnings) + list(self.services.notes) + ev.random_note() + ev.quantized_note()
                 + self.synthesized_failed[:1]
-                + self.judge.odd_one_out(results, self.targets) + verdict.delegate_ab(results, self.targets))
+                + ev.odd_one_out(results, self.targets) + verdict.delegate_ab(results, self.targets))
 
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
         """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
@@ -171,17 +174,17 @@ class Runner:
         return [done[t.id] for t in targets]
 
     def job(self, target: Target, services: dict[str, str] | None = None, wdir: Path | None = None) -> Job:
-        o, rob = self.opts, self.judge.robustness
+        o, p, rob = self.opts, self.prepared, self.prepared.robustness
         return Job(services=dict(services or {}),
                    sandbox=confine.worker(o.sandbox, self.readable, wdir, o.cache_dir, o.use_cache,
                                           self._runtime(target).network, dict(services or {})) if wdir else {},
                    target=target, source=self.model.artifact(), signature=self.model.signature(),
-                   feeds=str(self.feeds_file), feeds_source=self.feeds.source, calibration=self.calibration,
-                   input_names=self.in_names,
-                   output_names=self.judge.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
+                   feeds=str(p.feeds_file), feeds_source=self.feeds.source, calibration=p.calibration,
+                   input_names=p.in_names,
+                   output_names=self.evaluator.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    sample_budget_s=o.sample_budget_s,
                    cache_dir=str(o.cache_dir) if o.cache_dir else None, use_cache=o.use_cache,
-                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=self.input_shapes, check_id=self.check_id,
+                   convert_timeout_s=o.limits.convert_timeout_s, input_shapes=p.input_shapes, check_id=p.check_id,
                    extra_feeds=str(rob.file) if rob and rob.set.groups else "",
                    extra_clean=rob.set.batches if rob else 0,
                    run_timeout_s=self.limits(target).run_timeout_s, strict_backend=o.strict_backend,
@@ -206,7 +209,7 @@ class Runner:
         skip_reason = skip_reason or self.no_route.get(target.id)
         avail = None if skip_reason else availability(target)
         if skip_reason or not avail.ok:
-            res = self.judge.skipped(target, skip_reason or avail.reason, None if skip_reason else avail.hint)
+            res = self.evaluator.skipped(target, skip_reason or avail.reason, None if skip_reason else avail.hint)
         else:
             wdir = self.workdir / target.id.replace("/", "__")
             log.debug("%s: queued", target.id)
@@ -221,7 +224,7 @@ class Runner:
                 wr = self._release(lease, wr)
             finally:
                 self.gate.finished(target.id)  # whatever happened, it no longer holds the others' timing
-            res = self.judge.evaluate(target, wr, wdir)
+            res = self.evaluator.evaluate(target, wr, wdir)
         res = replace(res, duration_s=round(time.monotonic() - t0, 3))
         self.progress.target_done(res)
         return res
