@@ -90,7 +90,7 @@ def tfjs_io(model_json: dict, saved_model_meta: dict) -> dict[str, Any]:
     io: dict[str, Any] = {"inputs": [], "outputs": []}
     for i, name in enumerate(onnx_in):
         e = by_onnx_in.get(name, {})
-        key = _key(e.get("key"), in_keys, i, "inputs")
+        key = _key(e.get("key"), in_keys, i, "inputs", onnx=name)
         shape = [int(d.get("size", -1)) for d in (sig["inputs"][key].get("tensorShape") or {}).get("dim", [])]
         io["inputs"].append({"onnx": name, "key": key, "node": sig["inputs"][key]["name"].split(":")[0],
                              "shape": shape, "dtype": _dtype(sig["inputs"][key].get("dtype")),
@@ -118,12 +118,16 @@ def _node(key: str, keys: list[str], sig: dict, nodes: set) -> str | None:
     return named.split(":")[0] if named else None
 
 
-def _key(wanted: str | None, keys: list[str], i: int, kind: str) -> str:
+def _key(wanted: str | None, keys: list[str], i: int, kind: str, onnx: str | None = None) -> str:
     """The model.json's signature key of the SavedModel's ``wanted`` (the converter may write ``input_ids:0``
-    for ``input_ids``, and orders keys its own way); by position only when no key names it."""
-    named = [k for k in keys if k == wanted or k.split(":")[0] == wanted]
-    if wanted and named:
-        return named[0]
+    for ``input_ids``, and orders keys its own way), else of a spelling of the ONNX name ``onnx``
+    (``past_key_values.0.key`` is keyed ``past_key_values_0_key``); by position only when no key names it."""
+    from portability.converters.tflite_layout import _sanitized
+
+    for want in [wanted] + (sorted(_sanitized(onnx)) if onnx else []):
+        named = [k for k in keys if k == want or k.split(":")[0] == want]
+        if want and named:
+            return named[0]
     if i < len(keys):
         return keys[i]
     raise ConvertError(f"the TF.js model has {len(keys)} signature {kind}, fewer than the ONNX model")

@@ -70,9 +70,10 @@ def _perms(onnx_shape: list, tfl_shape: list, same) -> list[tuple[int, ...]]:
 
 def _sanitized(name: str) -> set[str]:
     """The spellings onnx2tf may give an ONNX tensor name in a signature (a name that starts with ``/``, as
-    torch.onnx's do, becomes ``wa/...``: a TensorFlow name cannot start with a slash)."""
+    torch.onnx's do, becomes ``wa/...``: a TensorFlow name cannot start with a slash; a SavedModel's
+    signature key has no dots: Optimum's ``past_key_values.0.key`` becomes ``past_key_values_0_key``)."""
     s = name.replace(":", "__")
-    spellings = {name, s, re.sub(r"^/", "", s), re.sub(r"[^A-Za-z0-9_.\-/]", "_", s)}
+    spellings = {name, s, re.sub(r"^/", "", s), re.sub(r"[^A-Za-z0-9_.\-/]", "_", s), re.sub(r"[^A-Za-z0-9_\-/]", "_", s)}
     return spellings | {"wa" + x for x in spellings if x.startswith("/")}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from portability.core.errors import BadInput, UsageError
-from portability.core import roles
+from portability.core import decoder, roles
 from portability.core.model import ModelInfo, TensorSpec
 from portability.core.status import Status
 
@@ -99,6 +99,7 @@ def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple
                 named.setdefault(d, v)
     shapes: dict[str, tuple[int, ...]] = {}
     warnings: list[str] = []
+    lay = decoder.layout(model)
     for spec in model.inputs:
         if spec.name in given:
             shapes[spec.name] = given[spec.name]
@@ -118,6 +119,8 @@ def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple
                 dims.append(d)
             elif isinstance(d, str) and d in named:
                 dims.append(named[d])
+            elif lay is not None and spec.name == lay.mask and axis == 1:
+                dims.append(0)  # past + sequence: ``decoder.consistent`` sets it once both are known
             elif image and axis in image:
                 v = hw[image.index(axis)]
                 if isinstance(d, str):
@@ -132,7 +135,8 @@ def resolve_shapes(model: ModelInfo, given: dict[str, tuple[int, ...]]) -> tuple
                 why = f"{audio[1]}; " if audio else ""
                 warnings.append(f"input '{spec.name}' axis {axis} ('{d or '?'}') is dynamic: using {v} ({why}set it with --shape {spec.name}=...)")
         shapes[spec.name] = tuple(dims)
-    return shapes, warnings
+    shapes, said = decoder.consistent(model, shapes, set(given))
+    return shapes, warnings + said
 
 
 def synthesize(model: ModelInfo, shapes: dict[str, tuple[int, ...]], batches: int, seed: int,
@@ -144,10 +148,13 @@ def synthesize(model: ModelInfo, shapes: dict[str, tuple[int, ...]], batches: in
     rng = np.random.default_rng(seed)
     arrays = {}
     notes: list[str] = []
+    made_for_decoder = _decoder_inputs(model, shapes, batches)
     for spec in model.inputs:
         shape = (batches,) + shapes[spec.name]
         dt = _np_dtype(spec)
-        if dt.kind == "f" and roles.role_of(spec.name) != "attention mask":
+        if spec.name in made_for_decoder:
+            arrays[spec.name] = made_for_decoder[spec.name].astype(dt)
+        elif dt.kind == "f" and roles.role_of(spec.name) != "attention mask":
             lo, hi = value_range
             arrays[spec.name] = rng.uniform(lo, hi, shape).astype(dt)
         elif (made := roles.fill(roles.role_of(spec.name) or "", shape, dt, rng, model.index_bounds.get(spec.name), spec.name)):
@@ -161,6 +168,23 @@ def synthesize(model: ModelInfo, shapes: dict[str, tuple[int, ...]], batches: in
         else:
             raise BadInput(f"cannot synthesize input '{spec.name}' of dtype {spec.dtype}: give --inputs")
     return Feeds(arrays, "synthesized", seed=seed, warnings=notes)
+
+
+def _decoder_inputs(model: ModelInfo, shapes: dict[str, tuple[int, ...]], batches: int) -> dict[str, np.ndarray]:
+    """A decoder's mask (ones over past + sequence), positions (past onwards) and cache branch (on with a
+    past), consistent with each other (``core/decoder.py``); empty for other models."""
+    lay = decoder.layout(model)
+    if lay is None:
+        return {}
+    past, seq = decoder.lengths(model, lay, shapes)
+    out: dict[str, np.ndarray] = {}
+    if lay.mask:
+        out[lay.mask] = np.ones((batches,) + shapes[lay.mask])
+    if lay.positions:
+        out[lay.positions] = np.broadcast_to(past + np.arange(seq), (batches,) + shapes[lay.positions])
+    if lay.cache_branch:
+        out[lay.cache_branch] = np.full((batches,) + shapes[lay.cache_branch], past > 0)
+    return out
 
 
 def _np_dtype(spec: TensorSpec) -> np.dtype:

@@ -1,0 +1,94 @@
+"""A causal language model's decoder recognized by its interface, so that inputs made for it agree with
+each other: the past key/value tensors' length, the attention mask's (past + sequence), the positions
+(past .. past + sequence - 1) and the cache branch of a merged decoder.
+
+Hugging Face Optimum's layout (``decoder_model.onnx``, ``decoder_with_past_model.onnx``,
+``decoder_model_merged.onnx``), and torch.onnx exports that follow its names: ``input_ids``,
+``attention_mask``, ``position_ids``, ``past_key_values.N.key`` / ``.value`` (``[batch, heads, past, head
+dim]``) and ``use_cache_branch`` in; ``logits`` and ``present.N.key`` / ``.value`` out. An encoder-decoder's
+decoder names its past ``past_key_values.N.decoder.key`` and ``.encoder.key``: only the decoder's grow.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from portability.core.model import ModelInfo
+
+#: a past tensor of the decoder's own cache (not an encoder-decoder's cross-attention cache)
+_PAST = re.compile(r"past_key_values?\.(\d+)\.(decoder\.)?(key|value)", re.IGNORECASE)
+_CROSS = re.compile(r"past_key_values?\.(\d+)\.encoder\.(key|value)", re.IGNORECASE)
+_PRESENT = re.compile(r"present\.(\d+)\.((de|en)coder\.)?(key|value)", re.IGNORECASE)
+#: the axis of a past tensor that counts positions (``[batch, heads, past, head dim]``)
+PAST_AXIS = 2
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The roles a decoder's inputs play (names), and where its lengths live."""
+
+    ids: str
+    #: the decoder's own past tensors, and the encoder-decoder's cross-attention ones (fixed length)
+    past: tuple[str, ...]
+    cross: tuple[str, ...] = ()
+    mask: str | None = None
+    positions: str | None = None
+    cache_branch: str | None = None
+
+    def describe(self, past_len: int, seq_len: int) -> str:
+        """The note a check makes of it."""
+        parts = [f"{len(self.past) // 2} layers of past keys and values ('{self.past[0]}', ...)" if self.past
+                 else "no past keys and values"]
+        if self.mask:
+            parts.append(f"'{self.mask}' covering past + sequence ({past_len} + {seq_len})")
+        if self.positions:
+            parts.append(f"'{self.positions}' counting on from the past ({past_len}..{past_len + seq_len - 1})")
+        if self.cache_branch:
+            parts.append(f"'{self.cache_branch}' {'on' if past_len else 'off'}")
+        return (f"read as a causal language model's decoder (Optimum's layout, by its inputs' names): "
+                + "; ".join(parts) + "; give --inputs FILE.npz to set them")
+
+
+def layout(model: ModelInfo) -> Layout | None:
+    """The decoder's layout, or None when the model is not a decoder (no ``input_ids``, or neither past inputs
+    nor present outputs beside it)."""
+    names = {i.name: i for i in model.inputs}
+    ids = next((n for n in ("input_ids", "decoder_input_ids") if n in names), None)
+    if ids is None:
+        return None
+    past = tuple(sorted((n for n in names if _PAST.fullmatch(n)), key=_order))
+    cross = tuple(sorted((n for n in names if _CROSS.fullmatch(n)), key=_order))
+    presents = [o.name for o in model.outputs if _PRESENT.fullmatch(o.name)]
+    if not past and not presents:
+        return None  # an encoder's input_ids and mask (BERT): not a decoder
+    if past and any(len(names[p].shape) != 4 for p in past):
+        return None
+    mask = next((n for n in ("attention_mask", "decoder_attention_mask") if n in names and len(names[n].shape) == 2), None)
+    return Layout(ids=ids, past=past, cross=cross, mask=mask,
+                  positions=next((n for n in ("position_ids", "decoder_position_ids") if n in names), None),
+                  cache_branch="use_cache_branch" if "use_cache_branch" in names else None)
+
+
+def _order(name: str) -> tuple[int, str]:
+    m = re.search(r"\.(\d+)\.", name)
+    return (int(m.group(1)) if m else 0, name)
+
+
+def lengths(model: ModelInfo, lay: Layout, shapes: dict[str, tuple[int, ...]]) -> tuple[int, int]:
+    """(past, sequence) lengths of resolved ``shapes``."""
+    seq = shapes[lay.ids][1] if len(shapes[lay.ids]) > 1 else 1
+    past = shapes[lay.past[0]][PAST_AXIS] if lay.past else 0
+    return int(past), int(seq)
+
+
+def consistent(model: ModelInfo, shapes: dict[str, tuple[int, ...]], given: set[str]) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """``shapes`` with the attention mask's length made past + sequence (unless its shape was given), and the
+    note saying how the decoder was read; unchanged (no note) for a model that is not a decoder."""
+    lay = layout(model)
+    if lay is None:
+        return shapes, []
+    past, seq = lengths(model, lay, shapes)
+    out = dict(shapes)
+    if lay.mask and lay.mask not in given and len(out[lay.mask]) == 2:
+        out[lay.mask] = (out[lay.mask][0], past + seq)
+    return out, [lay.describe(past, seq)]
