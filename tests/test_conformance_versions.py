@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from portability.audit import conformance, versions
+from portability.audit import conformance, lowering
 
 
 def _session(path):
@@ -39,7 +39,7 @@ def corpus(tmp_path_factory):
 
 def test_cases_the_reference_could_not_read_are_converted_down_and_give_the_specs_outputs(corpus):
     folder, items = corpus
-    reads = versions.limits()
+    reads = lowering.limits()
     assert reads and reads["reader"] == f"onnxruntime {ort.__version__}"
     originals = {c.name: c for c in conformance.collect()}
     recorded = [i for i in items if i.versions]
@@ -48,14 +48,14 @@ def test_cases_the_reference_could_not_read_are_converted_down_and_give_the_spec
     assert len(converted) + len(refused) == len(recorded)
     for i in recorded:  # each was stamped newer than the reader reads, and the reader refused it so
         was = originals[i.versions.get("instead_of", i.name)].model
-        assert versions.newer(was, reads), i.name
+        assert lowering.newer(was, reads), i.name
         why = _refused(was)
         assert why and ("IR version" in why or "opset" in why.lower()), (i.name, why)
     for i in converted:
         to = i.versions["to"]
         assert to["ir_version"] <= reads["ir_version"] and to["opset"] <= reads["opset"], i.name
         model = onnx.load(str(i.path))
-        assert versions.versions(model) == to
+        assert lowering.versions(model) == to
         s = _session(i.path)
         with np.load(i.path.parent / "inputs.npz") as z:
             feeds = {k: z[k] for k in z.files}
@@ -67,7 +67,7 @@ def test_cases_the_reference_could_not_read_are_converted_down_and_give_the_spec
             np.testing.assert_allclose(got[name], exp, rtol=rtol, atol=atol, equal_nan=True, err_msg=i.name)
     for i in recorded:  # kept as they are, with the reason
         if "refused" in i.versions:
-            assert i.versions["refused"] and versions.versions(onnx.load(str(i.path))) == i.versions["from"]
+            assert i.versions["refused"] and lowering.versions(onnx.load(str(i.path))) == i.versions["from"]
     doc = json.loads((folder / onnx.__version__ / "versions.json").read_text())
     assert doc["reader"] == reads and set(doc["cases"]) == {i.name for i in recorded}
     if (onnx.__version__, ort.__version__) == ("1.23.2", "1.31.1"):  # the installed pair: 21 cases stamped newer
@@ -94,15 +94,15 @@ def _cast_model(to: int, ir: int, opset: int):
 
 
 def test_the_ir_version_is_lowered_only_where_the_model_needs_nothing_newer():
-    reads = versions.limits()
+    reads = lowering.limits()
     newest = onnx.IR_VERSION
     if newest <= reads["ir_version"]:
         pytest.skip("the installed ONNX Runtime reads onnx's newest IR version")
-    model, record = versions.lower(_cast_model(TensorProto.FLOAT16, newest, reads["opset"]), reads)
+    model, record = lowering.lower(_cast_model(TensorProto.FLOAT16, newest, reads["opset"]), reads)
     assert record == {"from": {"ir_version": newest, "opset": reads["opset"]},
                       "to": {"ir_version": reads["ir_version"], "opset": reads["opset"]}}
     newer_type = getattr(TensorProto, "FLOAT6E2M3", None)
     if newer_type is None or newest < 14:
         return
-    with pytest.raises(versions.Unreadable, match="needs IR version 14"):
-        versions.lower(_cast_model(newer_type, newest, reads["opset"]), reads)
+    with pytest.raises(lowering.Unreadable, match="needs IR version 14"):
+        lowering.lower(_cast_model(newer_type, newest, reads["opset"]), reads)

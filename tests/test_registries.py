@@ -106,7 +106,8 @@ def test_a_lookup_that_misses_lists_what_exists():
 FOUNDATIONS = "portability.core"
 ABOVE = ("portability.engine", "portability.audit", "portability.explain", "portability.settings",
          "portability.study", "portability.targets", "portability.converters", "portability.report",
-         "portability.runtimes", "portability.web", "portability.mobile", "portability.cli", "portability.workers")
+         "portability.runtimes", "portability.web", "portability.mobile", "portability.cli", "portability.workers",
+         "portability.matrix")
 
 
 def _imports(path: Path) -> set[str]:

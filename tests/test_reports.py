@@ -321,6 +321,47 @@ def test_reports_and_diff_ask_every_registered_metric(monkeypatch):
     assert "<figcaption>Energy per target</figcaption><svg>energy bars</svg>" in page
 
 
+
+def test_diff_orders_the_kinds_the_metrics_declare(monkeypatch):
+    """Each metric declares the kinds of change it reports; diff lists its own kinds (status, presence,
+    outputs) and then the metrics' in registry order, so a metric registered with a kind of its own shows
+    up in ``diff`` (in its registry place) without diff knowing of it."""
+    import types
+
+    import portability.metrics as metrics
+    from portability.metrics import size
+    from portability.metrics.base import Moved
+    from portability.report.diff import diff, kind_order
+    from portability.report.schema import Report, TargetResult
+
+    assert kind_order() == ("status", "presence", "outputs", "drift", "accuracy", "size", "latency")
+    for m in metrics.METRICS:
+        if hasattr(m, "regressions"):
+            assert m.REGRESSION_KINDS and all(isinstance(k, str) for k in m.REGRESSION_KINDS), m.__name__
+
+    def moved(a, b, tol):
+        x, y = a.metrics.get("energy_mj"), b.metrics.get("energy_mj")
+        return [Moved("energy", "energy_mj", x, y, y > x * 1.5, f"energy {x} → {y} mJ")] if x != y else []
+
+    extra = types.SimpleNamespace(FIELDS={"energy_mj": None}, THRESHOLDS={}, TOLERANCES={}, REGRESSION_KINDS=("energy",),
+                                  regressions=moved, compute=lambda ev: ({}, []), breaches=lambda m, t: [])
+
+    def report(status: str, size_bytes: int, mj: float) -> Report:
+        t = TargetResult(id="web/ort-wasm", platform="web", status=status, gating=True, metrics={"energy_mj": mj},
+                         artifact={"format": "onnx", "size_bytes": size_bytes})
+        return Report(tool={}, created_at="", environment={}, model={"inputs": [], "outputs": []}, inputs={},
+                      reference="server/ort-cpu", targets=(t,), passed=status == "pass")
+
+    before, after = report("pass", 1000, 2.0), report("drift", 2000, 4.0)
+    monkeypatch.setattr(metrics, "METRICS", metrics.METRICS + (extra,))
+    assert kind_order()[-2:] == ("latency", "energy")
+    assert [c.kind for c in diff(before, after).changes] == ["status", "size", "energy"]
+    at = metrics.METRICS.index(size)
+    monkeypatch.setattr(metrics, "METRICS", metrics.METRICS[:at] + (extra,) + metrics.METRICS[at:-1])
+    d = diff(before, after)
+    assert [c.kind for c in d.changes] == ["status", "energy", "size"]
+    assert [(c.metric, c.regression, c.text) for c in d.changes][1] == ("energy_mj", True, "energy 2.0 → 4.0 mJ")
+
 def test_snr_is_the_references_energy_over_the_differences_in_db():
     import numpy as np
 

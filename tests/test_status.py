@@ -14,7 +14,6 @@ PKG = Path(__file__).resolve().parent.parent / "portability"
 NOT_A_STATUS = {
     ("settings/options.py", "timeout"): "the timeout setting's name",
     ("metrics/drift.py", "drift"): "a kind of change between two runs",
-    ("report/diff.py", "drift"): "a kind of change between two runs",
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FIXTURES, by_id, run_cli
 from portability.core.errors import UsageError
-from portability.workers import versions
+from portability import matrix
 
 #: an older ONNX Runtime with a wheel for this Python (onnxruntime#24398 went back to it)
 OLD_ORT = "1.20.1"
@@ -17,13 +17,43 @@ OLD_ORT_WEB = "1.22.0"
 
 
 def test_versions_are_parsed_and_mistakes_named():
-    assert versions.parse(["onnxruntime=1.20.1,1.31.1", "onnxruntime-web=1.22.0"]) == {
+    assert matrix.parse(["onnxruntime=1.20.1,1.31.1", "onnxruntime-web=1.22.0"]) == {
         "onnxruntime": ["1.20.1", "1.31.1"], "onnxruntime-web": ["1.22.0"]}
     for bad, says in (["torch=2.0"], "unknown package 'torch'"), (["onnxruntime"], "PACKAGE=V1,V2"), \
                      (["onnxruntime="], "at least one version"):
         with pytest.raises(UsageError, match=says):
-            versions.parse(bad)
+            matrix.parse(bad)
 
+
+
+def test_the_matrix_is_a_feature_of_its_own():
+    """The version matrix lives in one package, ``portability.matrix``: settings read its flag through its
+    seam and import nothing from the worker machinery; the planner calls it once (``expand``) and the check
+    once after its run (``compare``); no other module in the package imports its inner modules."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(matrix.__file__).resolve().parent.parent
+    inner = {f"portability.matrix.{p.stem}" for p in (pkg / "matrix").glob("*.py") if p.stem != "__init__"}
+
+    def imports(path: Path) -> set[str]:
+        tree = ast.parse(path.read_text())
+        return {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | \
+            {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+    def calls(path: Path) -> list[str]:
+        return [n.func.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "matrix"]
+
+    assert not (pkg / "workers" / "versions.py").exists()
+    for path in sorted((pkg / "settings").rglob("*.py")):
+        assert not [m for m in imports(path) if m.startswith("portability.workers")], path.name
+    for path in pkg.rglob("*.py"):
+        if path.parent.name != "matrix":
+            assert not imports(path) & inner, f"{path.relative_to(pkg)} imports {sorted(imports(path) & inner)}"
+    assert calls(pkg / "engine" / "plan.py") == ["expand"] and calls(pkg / "engine" / "pipeline.py") == ["compare"]
+    assert matrix.__all__ == ["parse", "expand", "compare"]
+    assert matrix.expand([], {}) == ([], {}, {}) and matrix.compare([], {}, {}) == {}
 
 def test_an_older_onnxruntime_runs_beside_the_installed_one_and_its_environment_is_reused(tmp_path):
     out = tmp_path / "r.json"

@@ -8,7 +8,7 @@ any model is (the reference runtime and every target), and every target's output
 the expected ones (:func:`against_spec`): a second reference, the spec's, beside the reference runtime.
 
 A case stamped with a newer IR version or opset than the reference runtime reads is converted down to what
-it reads (``audit/versions.py``), or, with one case per op, gives way to the op's next case that can be; each
+it reads (``audit/lowering.py``), or, with one case per op, gives way to the op's next case that can be; each
 such case's record (from and to which versions, or why it still cannot be) is in ``versions.json`` and in
 its audit result.
 
@@ -118,9 +118,9 @@ def build(folder: Path, ops: list[str] | None = None, cases: str = "one"):
                              f"(the installed onnx {onnx.__version__} has cases for {len(known)} op types, e.g. {', '.join(known[:8])})")
     folder = Path(folder) / onnx.__version__
     folder.mkdir(parents=True, exist_ok=True)
-    from portability.audit import versions
+    from portability.audit import lowering
 
-    reads = versions.limits()
+    reads = lowering.limits()
     items: list[Item] = []
     left_out: dict[str, str] = {}
     for op in sorted(picked, key=str.lower):
@@ -139,7 +139,7 @@ def _pick(op_cases: list, cases: str, reads: dict | None, left_out: dict[str, st
     is not a function expansion (``one``). A case stamped newer than the reference reads is converted down;
     with ``one``, a case that cannot be gives way to the op's next case that the reference reads, and is
     kept as it is (its record says why) where no case of the op can."""
-    from portability.audit import versions
+    from portability.audit import lowering
 
     out: list[tuple] = []
     refused = None
@@ -151,11 +151,11 @@ def _pick(op_cases: list, cases: str, reads: dict | None, left_out: dict[str, st
         if cases == "one" and ("_expanded" in c.name) and any("_expanded" not in o.name for o in op_cases):
             continue
         model, record = c.model, None
-        if reads is not None and versions.newer(c.model, reads):
+        if reads is not None and lowering.newer(c.model, reads):
             try:
-                model, record = versions.lower(c.model, reads)
-            except versions.Unreadable as e:
-                record = {"from": versions.versions(c.model), "refused": str(e)}
+                model, record = lowering.lower(c.model, reads)
+            except lowering.Unreadable as e:
+                record = {"from": lowering.versions(c.model), "refused": str(e)}
         if cases == "all":
             out.append((c, model, record))
             continue

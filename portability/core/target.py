@@ -36,7 +36,7 @@ class Target:
     sample_budget_s: float | None = None
     description: str = ""
     #: another Python environment's interpreter its worker runs in, and variables its worker gets (a version
-    #: of a package other than the installed one: ``workers/versions.py``)
+    #: of a package other than the installed one: ``portability.matrix``)
     python: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 

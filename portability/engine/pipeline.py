@@ -18,7 +18,8 @@ from portability.engine import plan
 from portability.engine.dispatch import Dispatch, Progress, Silent
 from portability.engine.prepare import prepare
 from portability.settings.options import CheckOptions
-from portability.workers import prestart, shutdown, versions
+from portability import matrix
+from portability.workers import prestart, shutdown
 from portability.report.schema import Report
 from portability.sources import load_source_isolated
 
@@ -97,7 +98,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             session.readable(dispatch.readable)
         done = dispatch.run_check()
         results, rob = done.results, done.robustness
-        matrix = versions.matrix(results, done.outputs, chosen.versions)
+        versions = matrix.compare(results, done.outputs, chosen.versions)
         from portability.report.golden import Golden
 
         provenance = _provenance(feeds, opts)
@@ -124,6 +125,6 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         targets=tuple(results),
         passed=passed,
         notes=tuple(done.notes),
-        versions=matrix,
+        versions=versions,
         output_digests=digests,
     )

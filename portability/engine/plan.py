@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from portability.core.errors import UsageError
@@ -215,11 +214,7 @@ def for_options(source_format: str, opts, say=lambda s: None) -> Planned:
     targets, no_route, records = for_check(source_format, opts.targets, opts.via,
                                            overrides=(opts.converter_options, opts.runtime_options))
     check_gate_rules(targets, opts.gate)
-    if not opts.versions:
-        return Planned(targets, no_route, records, {})
-    from portability.core.dirs import default_root
-    from portability.workers import versions
+    from portability import matrix
 
-    root = Path(opts.cache_dir) if opts.cache_dir else default_root()
-    targets, skips, info = versions.expand(targets, opts.versions, root, say)
+    targets, skips, info = matrix.expand(targets, opts.versions, opts.cache_dir, say)
     return Planned(targets, {**no_route, **skips}, records, info)

@@ -58,6 +58,12 @@ def regressions(a, b, tol, ran: bool = True) -> list:
             for x in m.regressions(a, b, tol)]
 
 
+def regression_kinds() -> tuple[str, ...]:
+    """Every kind of change the metrics' ``regressions`` report (each metric's ``REGRESSION_KINDS``), in
+    registry order, each once: the order ``report.diff`` lists changes in after its own kinds."""
+    return tuple(dict.fromkeys(k for m in METRICS for k in getattr(m, "REGRESSION_KINDS", ())))
+
+
 def columns(medium: str, report=None) -> list:
     """The metrics' summary-table columns for a medium (``metrics.base.MEDIA``), those the report has."""
     return [c for m in METRICS for c in getattr(m, "COLUMNS", ()) if medium in c.media

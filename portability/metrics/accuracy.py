@@ -13,6 +13,8 @@ THRESHOLDS = {
 
 #: what --baseline calls noise: accuracy must fall by more than this
 TOLERANCES = {"accuracy_drop": 0.005}
+#: the kinds of change its ``regressions`` report
+REGRESSION_KINDS = ("accuracy",)
 
 
 def compute(ev) -> tuple[dict, list[str]]:

@@ -7,9 +7,11 @@ problems)`` and ``breaches(metrics, thresholds) -> [reasons]``; ``portability.me
 A metric that two runs can regress on also has ``TOLERANCES`` (what counts as noise: the keys of
 ``[tool.portability.regression]``, with their defaults) and ``regressions(before, after, thresholds, tol) ->
 [Moved]`` on two runs of a target (``report.diff`` and ``--baseline`` ask every metric; only where both
-runs ran, unless ``NEEDS_RUN = False``). How a metric shows: ``COLUMNS`` (its cells in the summary table
-of the terminal, Markdown and HTML reports: ``Column``) and ``SECTIONS`` (its own part of the HTML or
-Markdown report: ``Section``) and ``PLOTS`` (its plots in the HTML report: ``Plot``).
+runs ran, unless ``NEEDS_RUN = False``), with ``REGRESSION_KINDS``, the kinds of change it reports (the
+order ``report.diff`` lists changes in is every metric's kinds, in registry order). How a metric shows:
+``COLUMNS`` (its cells in the summary table of the terminal, Markdown and HTML reports: ``Column``) and
+``SECTIONS`` (its own part of the HTML or Markdown report: ``Section``) and ``PLOTS`` (its plots in the
+HTML report: ``Plot``).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ class Threshold:
 class Moved:
     """A metric that moved between two runs of a target beyond its tolerance (``regressions``)."""
 
-    #: the kind of change it is (``report.diff.KIND_ORDER``): drift, accuracy, latency
+    #: the kind of change it is, one of its metric's ``REGRESSION_KINDS``: drift, accuracy, size, latency
     kind: str
     metric: str
     before: Any

@@ -26,6 +26,8 @@ THRESHOLDS = {
 #: the baseline's worst absolute difference; a cosine must fall by more than ``cosine_drop``, top-1
 #: agreement by more than ``top1_drop``
 TOLERANCES = {"drift_abs": None, "drift_ratio": 2.0, "cosine_drop": 1e-6, "top1_drop": 0.0}
+#: the kinds of change its ``regressions`` report (``report.diff`` orders changes by every metric's kinds)
+REGRESSION_KINDS = ("drift",)
 
 
 def compute(ev) -> tuple[dict, list[str]]:

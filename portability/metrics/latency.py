@@ -14,6 +14,8 @@ THRESHOLDS: dict = {}  # latency is reported, never judged: it is noisy
 #: what --baseline calls noise: p50 growth as a fraction of the baseline's (0.5: 1.5x slower), and whether
 #: a slower p50 is a regression at all (only on request: ``--baseline-latency``)
 TOLERANCES = {"latency_growth": 0.5, "gate_latency": False}
+#: the kinds of change its ``regressions`` report
+REGRESSION_KINDS = ("latency",)
 
 
 def compute(ev) -> tuple[dict, list[str]]:

@@ -9,6 +9,8 @@ FIELDS: dict = {}
 THRESHOLDS: dict = {}
 #: what --baseline calls noise: growth of an artifact's size as a fraction of the baseline's (0.10: 10 %)
 TOLERANCES = {"size_growth": 0.10}
+#: the kinds of change its ``regressions`` report
+REGRESSION_KINDS = ("size",)
 #: a target that failed still has its artifact when it converted: compared whether or not it ran
 NEEDS_RUN = False
 

@@ -3,7 +3,9 @@
 One module for both ``portability diff A B`` (every change beyond noise) and ``check --baseline``
 (exit 1 when a gating target regressed). Per target, in order: its status, then what each metric says
 moved (``metrics.*.regressions``: output drift, top-1 agreement, accuracy, artifact size, latency).
-Metrics are compared only where both runs produced them (a target that ran in both).
+Metrics are compared only where both runs produced them (a target that ran in both). Changes are ordered
+by kind: this module's own kinds, then the kinds each metric declares (``REGRESSION_KINDS``), in the
+metrics' registry order.
 """
 from __future__ import annotations
 
@@ -15,7 +17,15 @@ from portability.report.schema import Report, TargetResult
 #: how far from working a status is; a higher rank after than before is a regression (``skipped`` has
 #: no rank: a target that did not run says nothing about the model)
 STATUS_RANK = RANK
-KIND_ORDER = ("status", "presence", "outputs", "drift", "accuracy", "size", "latency")
+#: the kinds of change this module makes itself, before every kind the metrics declare
+OWN_KINDS = ("status", "presence", "outputs")
+
+
+def kind_order() -> tuple[str, ...]:
+    """The order changes are listed in: ``OWN_KINDS``, then each metric's ``REGRESSION_KINDS`` in registry order."""
+    from portability.metrics import regression_kinds
+
+    return OWN_KINDS + tuple(k for k in regression_kinds() if k not in OWN_KINDS)
 
 
 def _tolerances() -> type:
@@ -36,7 +46,7 @@ Tolerances = _tolerances()
 @dataclass(frozen=True)
 class Change:
     target: str
-    kind: str  # one of KIND_ORDER
+    kind: str  # one of kind_order()
     metric: str
     before: object
     after: object
@@ -144,5 +154,7 @@ def diff(before: Report, after: Report, tol: Tolerances | None = None, labels: t
         if after.target(a.id) is None:
             changes.append(Change(a.id, "presence", "target", a.status, None, False, a.gating,
                                   f"not in {labels[1]} (was {a.status})"))
-    changes.sort(key=lambda c: KIND_ORDER.index(c.kind))  # stable: target order kept within a kind
+    rank = {k: i for i, k in enumerate(kind_order())}
+    # stable: target order kept within a kind; a kind no metric declares comes last
+    changes.sort(key=lambda c: rank.get(c.kind, len(rank)))
     return Diff(labels[0], labels[1], tuple(changes), tuple(_notes(before, after) + out_notes))

@@ -178,7 +178,7 @@ def render(report: Report, diff: Diff | None = None) -> str:
 
     if (where := localized.html(report, _e)) is not None:
         sections.append(("Where it diverges, and what fixes it", where))
-    from portability.report.versions import tables
+    from portability.report.version_tables import tables
 
     sections += [(f"Versions of {pkg}", "<p class=meta>Each version's status, and its worst absolute difference "
                   "from the other versions' outputs on the same inputs.</p>" + _table([_e(h) for h in head],

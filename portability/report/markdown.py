@@ -81,7 +81,7 @@ def render(report: Report, diff: Diff | None = None) -> str:
     for sec in sections("markdown"):
         text = sec.render(report, page)
         lines += text.split("\n") if text else []
-    from portability.report.versions import tables
+    from portability.report.version_tables import tables
 
     for pkg, head, rows in tables(report):
         lines += ["", f"### Versions of {pkg}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -46,7 +46,7 @@ def render(report: Report) -> Table:
 def versions(report: Report) -> list[Table]:
     """The runtime-version matrix (``check --versions``): a table per package; then the shapes x targets
     table (``check --shape-grid``)."""
-    from portability.report.versions import tables
+    from portability.report.version_tables import tables
 
     out = []
     for pkg, head, rows in tables(report):

@@ -59,7 +59,7 @@ class CheckOptions:
     sandbox: str
     #: where the shared services come from: "auto" (the resident session, started if none runs) or "off"
     resident: str
-    #: {package: [versions]}: the targets using a package run once more per version (``workers.versions``)
+    #: {package: [versions]}: the targets using a package run once more per version (``portability.matrix``)
     versions: dict
     #: the output read as class scores for accuracy and robustness (None: the first that looks like scores)
     scores_output: str | None
@@ -144,7 +144,7 @@ def _jobs(v: Any, s: Setting) -> int:
 
 def _versions(v: Any, s: Setting) -> dict:
     """``["onnxruntime=1.20.1,1.31.1"]`` (flags) or ``{"onnxruntime": ["1.20.1"]}`` (a settings file)."""
-    from portability.workers.versions import parse
+    from portability.matrix import parse
 
     if isinstance(v, dict):
         v = [f"{k}={','.join(x) if isinstance(x, (list, tuple)) else x}" for k, x in v.items()]

@@ -1,15 +1,15 @@
 """The worker machinery: each target's work in its own process (``worker``), started by the runner
 (``runner``: limits, memory watch, kill) from a pool of pre-imported fork servers (``worker_pool``,
 ``worker_zygote``), timed one at a time (``schedule``), with the shared services it needs (``services``),
-converting through the content-addressed cache (``cache``), sandboxed by the rules in ``confine``, in the
-environment of another version of a package where one is asked for (``versions``).
+converting through the content-addressed cache (``cache``), sandboxed by the rules in ``confine``; a target
+that names another Python environment (``Target.python``, made by ``portability.matrix``) has its worker
+started in that one.
 
 The seam the engine uses, and the only names it imports from here: ``run_worker(job, folder, limits) ->
 WorkerResult`` (``core.protocol.Job`` and ``core.limits.Limits`` in, ``core.protocol.WorkerResult`` out),
 ``prestart``/``shutdown``/``kill_all`` (the pool and every worker), ``log_tail``, ``Services`` (the shared services of a
 session), ``TimingGate``/``by_cost`` (one timing at a time; the costliest targets first), ``confine``
-(the sandbox's rules for a check's folders) and ``versions`` (``--versions``: the environments of other
-versions, and the matrix of their results). Imported on first use: the worker processes themselves import
+(the sandbox's rules for a check's folders). Imported on first use: the worker processes themselves import
 only what they run.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from importlib import import_module
 
 _SEAM = {"run_worker": "runner", "shutdown": "runner", "prestart": "runner", "kill_all": "runner", "log_tail": "runner",
-         "Services": "services", "TimingGate": "schedule", "by_cost": "schedule", "confine": None, "versions": None}
+         "Services": "services", "TimingGate": "schedule", "by_cost": "schedule", "confine": None}
 
 __all__ = list(_SEAM)
 
