@@ -14,6 +14,7 @@ import typer
 
 from portability.cli import bundle as bundle_cmd
 from portability.cli import check as check_cmd
+from portability.cli import doctor as doctor_cmd
 from portability.cli import fix as fix_cmd
 from portability.cli import history as history_cmd
 from portability.cli import localize as localize_cmd
@@ -36,6 +37,7 @@ app = typer.Typer(
 )
 app.command("check")(check_cmd.check)
 app.command("targets")(targets_cmd.targets)
+app.command("doctor")(doctor_cmd.doctor)
 app.command("history")(history_cmd.history)
 app.command("diff")(history_cmd.diff)
 app.command("study")(study_cmd.study)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from portability.core.artifact import Artifact
+from portability.core.availability import Availability
 from portability.core.availability import package_version  # noqa: F401  (converters import it from here)
 
 
@@ -67,6 +68,19 @@ class Converter(ABC):
     #: converter that imports TensorFlow, itself or in the Python tool it runs (``converters.forked``); a
     #: worker whose conversions are all cached forks from its runtime's pool
     pool: ClassVar[str] = ""
+    #: the Python modules it imports, itself or in the tool it runs, each with the command that installs it, in
+    #: the order to check them (``availability``)
+    requires: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Whether it can convert here: every module of ``requires`` findable (``find_spec``: nothing imported)."""
+        import importlib.util
+
+        for mod, hint in cls.requires.items():
+            if importlib.util.find_spec(mod) is None:
+                return Availability(False, f"Python package '{mod}' is not installed (needed by {cls.__name__})", hint)
+        return Availability(True)
 
     @classmethod
     def shapes_used(cls, ctx: ConvertContext) -> dict[str, list[int]] | None:

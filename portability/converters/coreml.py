@@ -66,6 +66,7 @@ class CoremlFromTorch(Converter):
     input_format = "torch"
     output_format = "coreml"
     uses = ("coremltools",)
+    requires = {"torch": install("torch"), **_HINT}
     pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     uses_shapes = True
 
@@ -73,7 +74,7 @@ class CoremlFromTorch(Converter):
         return f"2+coremltools{package_version('coremltools')}+torch{package_version('torch')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"torch": install("torch"), **_HINT}, "to convert to Core ML")
+        require(self.requires, "to convert to Core ML")
         import torch
 
         from portability.converters.torch_onnx import _example, _message, _open
@@ -99,13 +100,14 @@ class CoremlFromSavedModel(Converter):
     output_format = "coreml"
     pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses = ("coremltools",)
+    requires = {"tensorflow": install("tensorflow"), **_HINT}
     cost = 2
 
     def version(self) -> str:
         return f"2+coremltools{package_version('coremltools')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"tensorflow": install("tensorflow"), **_HINT}, "to convert to Core ML")
+        require(self.requires, "to convert to Core ML")
         ct = _import_ct()
         import tensorflow as tf
 

@@ -26,6 +26,7 @@ class PteFromTorch(Converter):
     output_format = "pte"
     variants = {"delegate": DELEGATES}
     uses = ("executorch",)
+    requires = {"torch": install("torch"), "executorch": install("executorch")}
     pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     uses_shapes = True
 
@@ -33,9 +34,7 @@ class PteFromTorch(Converter):
         return f"1+executorch{package_version('executorch')}+torch{package_version('torch')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"torch": install("torch"),
-                 "executorch": install("executorch")},
-                "to lower a PyTorch program to ExecuTorch")
+        require(self.requires, "to lower a PyTorch program to ExecuTorch")
         import torch  # before executorch: its extension links against the installed torch's libraries
 
         delegate = options.get("delegate", "xnnpack")

@@ -20,13 +20,14 @@ class SavedModelFromKeras(Converter):
     output_format = "saved_model"
     pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses = ("keras",)
+    requires = {"keras": install("tensorflow"), "tensorflow": install("tensorflow")}
     uses_shapes = True
 
     def version(self) -> str:
         return f"1+keras{package_version('keras')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"keras": install("tensorflow"), "tensorflow": install("tensorflow")}, "to export a Keras model")
+        require(self.requires, "to export a Keras model")
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         from portability.converters.savedmodel_io import savedmodel_io
         from portability.sources.keras import open_model

@@ -56,13 +56,13 @@ def _versions() -> str:
     return f"11+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
-#: checked in this order: the extra first, then what `portability setup mobile` adds to it
-_NEEDS = {"tensorflow": install("mobile"), "ai_edge_litert": install("mobile"), "onnx2tf": install("onnx2tf"),
-          "tf_keras": install("onnx2tf")}
-
-
-def _require() -> None:
-    require(_NEEDS, "to convert to TFLite")
+#: checked in this order: the extra first (then the setup command still to run), then what `portability setup
+#: mobile` adds to it
+_EXTRA = f"{install('mobile')}, then: {install('onnx2tf')}"
+_NEEDS = {"tensorflow": _EXTRA, "ai_edge_litert": _EXTRA, "onnx2tf": install("onnx2tf"), "tf_keras": install("onnx2tf")}
+#: what onnx2tf itself imports (onnx_graphsurgeon, sng4onnx) or runs (onnxsim: without it onnx2tf silently skips
+#: its simplification and converts a different graph), from the [mobile] extra
+_ONNX2TF_NEEDS = {**_NEEDS, "onnx_graphsurgeon": _EXTRA, "sng4onnx": _EXTRA, "onnxsim": _EXTRA}
 
 
 #: onnx2tf's options a check may add (``converter_options``: ``{"SavedModelFromOnnx": {"args": [...]}}``),
@@ -143,6 +143,7 @@ class SavedModelFromOnnx(Converter):
     pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses_shapes = True
     uses = ("onnx2tf", "tensorflow")
+    requires = _ONNX2TF_NEEDS
     fixes = (
         # the ops onnx2tf can build from TFLite built-ins (-rtpo, its help): a Flex op or a missing kernel otherwise
         {"name": "onnx2tf -rtpo {ops} (those ops from TFLite built-ins)", "options": {"args": ["-rtpo", "{ops}"]},
@@ -162,7 +163,7 @@ class SavedModelFromOnnx(Converter):
         return _versions()
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        _require()
+        require(self.requires, "to convert to TFLite")
         shapes = self.shapes_used(ctx)
         with tempfile.TemporaryDirectory(prefix="portability-fixed-") as tmp:
             model = src.path
@@ -312,6 +313,7 @@ class TfliteFromSavedModel(Converter):
     output_format = "tflite"
     pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     variants = {"quant": ("fp32", "fp16", "dynint8")}
+    requires = _NEEDS
 
     def version(self) -> str:
         return _versions()
@@ -320,7 +322,7 @@ class TfliteFromSavedModel(Converter):
         quant = options.get("quant", "fp32")
         if quant not in ("fp32", "fp16", "dynint8"):
             raise ConvertError(f"TfliteFromSavedModel: quant {quant!r} not in fp32|fp16|dynint8 (int8: Int8TfliteFromSavedModel)")
-        _require()
+        require(self.requires, "to convert to TFLite")
         return _pick(src, out_dir, quant, ctx)
 
 
@@ -333,10 +335,11 @@ class Int8TfliteFromSavedModel(Converter):
     pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses_calibration = True
     variants = {"quant": ("int8",)}
+    requires = _NEEDS
 
     def version(self) -> str:
         return _versions()
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        _require()
+        require(self.requires, "to convert to TFLite")
         return _pick(src, out_dir, "int8", ctx)

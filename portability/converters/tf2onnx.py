@@ -29,12 +29,13 @@ class OnnxFromSavedModel(Converter):
     output_format = "onnx"
     pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses = ("tf2onnx",)
+    requires = {"tf2onnx": install("tensorflow"), "tensorflow": install("tensorflow")}
 
     def version(self) -> str:
         return f"1+tf2onnx{package_version('tf2onnx')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"tf2onnx": install("tensorflow"), "tensorflow": install("tensorflow")}, "to convert a SavedModel to ONNX")
+        require(self.requires, "to convert a SavedModel to ONNX")
         from portability.converters.onnx_names import rename_io
         from portability.core.model import read_signature
 

@@ -142,12 +142,13 @@ class TfjsFromSavedModel(Converter):
     input_format = "saved_model"
     output_format = "tfjs"
     uses = ("tensorflowjs",)
+    requires = _NEEDS
 
     def version(self) -> str:
-        return f"9+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
+        return f"10+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require(_NEEDS, "to convert to TF.js")
+        require(self.requires, "to convert to TF.js")
         quantize = options.get("quantize")
         if quantize not in QUANTIZE:
             raise ConvertError(f"TfjsFromSavedModel: quantize {quantize!r} not in {list(QUANTIZE)}")

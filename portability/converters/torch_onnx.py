@@ -79,6 +79,7 @@ class _TorchToOnnx(Converter):
     input_format = "torch"
     output_format = "onnx"
     uses = ("torch", "onnxscript")
+    requires = {"torch": install("torch"), "onnxscript": install("torch")}
     pool = "torch"  # it imports PyTorch: its worker forks from the pool that imported it
     uses_shapes = True
     dynamo: bool
@@ -87,7 +88,7 @@ class _TorchToOnnx(Converter):
         return f"2+torch{package_version('torch')}+onnxscript{package_version('onnxscript')}"
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
-        require({"torch": install("torch"), "onnxscript": install("torch")}, "to export a PyTorch model")
+        require(self.requires, "to export a PyTorch model")
         import torch
 
         from portability.converters.onnx_names import rename_io

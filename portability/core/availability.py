@@ -13,17 +13,20 @@ INSTALL = {
     "portability": "pip install --force-reinstall portability",
     "tensorflow": "pip install 'portability[tensorflow]'",
     "mobile": "pip install 'portability[mobile]'",
-    "torch": "pip install 'portability[torch]'",
+    # PyPI's torch wheels bring CUDA (GBs): the CPU build from PyTorch's index, then the extra
+    "torch": "portability setup torch",
     "openvino": "pip install 'portability[openvino]'",
     "coreml": "pip install 'portability[coreml]'",
     "report": "pip install 'portability[report]'",
     "ray": "pip install 'portability[ray]'",
-    # onnxruntime-gpu's files replace onnxruntime's (one import name): installed over it, last
-    "gpu": "pip install 'portability[gpu]' && pip install --force-reinstall --no-deps onnxruntime-gpu",
+    # onnxruntime-gpu replaces onnxruntime (one import name): swapped in at the installed onnxruntime's version
+    "gpu": "portability setup gpu",
     "onnx2tf": "portability setup mobile",
     "tfjs": "portability setup tfjs",
     "executorch": "portability setup executorch",
     "web": "portability setup web",
+    "arm64": "portability setup arm64 --with-deps",
+    "mxnet": "portability setup mxnet",
 }
 
 

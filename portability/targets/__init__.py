@@ -56,13 +56,40 @@ def used_dists() -> tuple[str, ...]:
 
 
 def availability(target: Target):
-    """The target runtime's own availability check; a runtime module that fails to import is unavailable."""
+    """Whether ``target`` can run here: its runtime's own check, then each converter of its route's (the planned
+    chain, or for a registry entry the route from an ONNX source, the usual one) — ``find_spec`` and file checks
+    only, no framework imported. A runtime module that fails to import is unavailable; a target with no route
+    from ONNX (one for other sources) is judged by its runtime (the check plans its route and checks it then);
+    a target whose worker runs in another Python environment (``python``) is judged by its runtime here, its
+    converters being that environment's."""
     from portability.core.availability import Availability, install
 
     try:
-        return load_class(target.runtime).availability()
+        a = load_class(target.runtime).availability()
     except (ImportError, AttributeError) as e:
         return Availability(False, f"runtime {target.runtime} cannot be imported ({e})", install("portability"))
+    if not a.ok or target.python:
+        return a
+    for step in _route(target):
+        try:
+            c = load_class(step).availability()
+        except (ImportError, AttributeError) as e:
+            return Availability(False, f"converter {step} cannot be imported ({e})", install("portability"))
+        if not c.ok:
+            return c
+    return a
+
+
+def _route(target: Target) -> tuple[str, ...]:
+    """The converters of ``target``'s chain: its planned steps, else those of its route from an ONNX source."""
+    if target.converters:
+        return tuple(path for path, _ in target.converters)
+    from portability.converters.routes import NoRoute, plan
+
+    try:
+        return tuple(path for path, _ in plan("onnx", target).steps)
+    except NoRoute:
+        return ()
 
 
 def expand(spec: str, reg: dict[str, Target] | None = None, reference: str = REFERENCE) -> list[Target]:
