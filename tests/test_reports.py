@@ -334,7 +334,7 @@ def test_diff_orders_the_kinds_the_metrics_declare(monkeypatch):
     from portability.report.diff import diff, kind_order
     from portability.report.schema import Report, TargetResult
 
-    assert kind_order() == ("status", "presence", "outputs", "drift", "accuracy", "size", "latency")
+    assert kind_order() == ("status", "presence", "outputs", "drift", "accuracy", "size", "latency", "generation")
     for m in metrics.METRICS:
         if hasattr(m, "regressions"):
             assert m.REGRESSION_KINDS and all(isinstance(k, str) for k in m.REGRESSION_KINDS), m.__name__
@@ -354,7 +354,7 @@ def test_diff_orders_the_kinds_the_metrics_declare(monkeypatch):
 
     before, after = report("pass", 1000, 2.0), report("drift", 2000, 4.0)
     monkeypatch.setattr(metrics, "METRICS", metrics.METRICS + (extra,))
-    assert kind_order()[-2:] == ("latency", "energy")
+    assert kind_order()[-2:] == ("generation", "energy")
     assert [c.kind for c in diff(before, after).changes] == ["status", "size", "energy"]
     at = metrics.METRICS.index(size)
     monkeypatch.setattr(metrics, "METRICS", metrics.METRICS[:at] + (extra,) + metrics.METRICS[at:-1])

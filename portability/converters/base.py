@@ -56,6 +56,9 @@ class Converter(ABC):
     snapshot: ClassVar[bool] = False
     #: taken only when ``--via`` names it (a second converter for a hop that has one: a cross-check)
     on_request: ClassVar[bool] = False
+    #: options it takes for a model that generates (``check --generate``: the planner adds them), e.g. dynamic
+    #: dimensions kept so that a decoder's cache can grow step by step
+    generation_options: ClassVar[dict[str, Any]] = {}
     #: the documented alternatives ``fix`` retries a failing target under, for a route through it, in order
     #: (``explain.fix``): each ``{"name", "options"}`` (its converter options; an argument ``"{ops}"`` or
     #: ``"{inputs}"`` stands for the model's ops among ``"ops"`` or its input names, and the alternative

@@ -9,7 +9,8 @@ needs fixed shapes: symbolic dimensions are fixed on a private copy first, with
 is converted at the check's static shapes (``ctx.input_shapes``, recorded as ``fixed_shapes``), as
 ``make_dynamic_shape_fixed`` prepares a model for ORT Mobile.
 
-Options: ``fix_shapes`` (bool, default False): fix dynamic dims (to 1) even without ``ctx.input_shapes``.
+Options: ``fix_shapes`` (bool, default False): fix dynamic dims (to 1) even without ``ctx.input_shapes``;
+``dynamic`` (bool): keep them dynamic (a decoder that generates: ``check --generate``).
 """
 from __future__ import annotations
 
@@ -99,6 +100,8 @@ class OrtFromOnnx(Converter):
     uses_calibration = False
     uses = ("onnxruntime",)
     uses_shapes = True
+    #: a decoder's cache grows a step at a time: its past and mask dims stay dynamic (ORT Mobile resolves them)
+    generation_options = {"dynamic": True}
 
     def version(self) -> str:
         return "1+onnxruntime" + package_version("onnxruntime")
@@ -121,7 +124,7 @@ class OrtFromOnnx(Converter):
                 meta["mobile_usability"] = {"error": (str(e).splitlines() or [type(e).__name__])[0][:300]}
             model = work / "in" / "model.onnx"
             model.parent.mkdir()
-            use_fixed = bool((options.get("fix_shapes") or self.shapes_used(ctx)) and fixed)
+            use_fixed = bool((options.get("fix_shapes") or self.shapes_used(ctx)) and fixed) and not options.get("dynamic")
             shutil.copyfile(fixed_model if use_fixed else src.path, model)
             meta["initializer_inputs"] = _initializer_inputs(model)
             ort_file, err = _to_ort(model, work / "out", ctx.timeout_s)

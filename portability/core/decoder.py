@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from portability.core.model import ModelInfo
+from portability.core.model import ModelInfo, TensorSpec
 
 #: a past tensor of the decoder's own cache (not an encoder-decoder's cross-attention cache)
 _PAST = re.compile(r"past_key_values?\.(\d+)\.(decoder\.)?(key|value)", re.IGNORECASE)
@@ -52,13 +52,18 @@ class Layout:
 def layout(model: ModelInfo) -> Layout | None:
     """The decoder's layout, or None when the model is not a decoder (no ``input_ids``, or neither past inputs
     nor present outputs beside it)."""
-    names = {i.name: i for i in model.inputs}
+    return layout_of(model.inputs, model.outputs)
+
+
+def layout_of(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> Layout | None:
+    """``layout`` of a signature's inputs and outputs (a worker has the job's signature, not the model)."""
+    names = {i.name: i for i in inputs}
     ids = next((n for n in ("input_ids", "decoder_input_ids") if n in names), None)
     if ids is None:
         return None
     past = tuple(sorted((n for n in names if _PAST.fullmatch(n)), key=_order))
     cross = tuple(sorted((n for n in names if _CROSS.fullmatch(n)), key=_order))
-    presents = [o.name for o in model.outputs if _PRESENT.fullmatch(o.name)]
+    presents = [o.name for o in outputs if _PRESENT.fullmatch(o.name)]
     if not past and not presents:
         return None  # an encoder's input_ids and mask (BERT): not a decoder
     if past and any(len(names[p].shape) != 4 for p in past):

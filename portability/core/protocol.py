@@ -106,6 +106,9 @@ class Job:
     strict_backend: bool = False
     #: the worker pool its worker forks from (``Runtime.pool``: "", ``tensorflow`` or ``torch``)
     pool: str = ""
+    #: ``--generate``: ``{"steps": N, "prompt": [ids], "teacher": [the reference's tokens] or None}``; the worker
+    #: decodes after the single pass and writes ``generation.npz`` beside its outputs (empty: no generation)
+    generate: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

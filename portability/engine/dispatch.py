@@ -188,7 +188,16 @@ class Dispatch:
                    extra_feeds=str(rob.file) if rob and rob.set.groups else "",
                    extra_clean=rob.set.batches if rob else 0,
                    run_timeout_s=self.limits(target).run_timeout_s, strict_backend=o.strict_backend,
-                   pool=self._runtime(target).pool)
+                   pool=self._runtime(target).pool, generate=self._generation(target))
+
+    def _generation(self, target: Target) -> dict:
+        """``--generate``'s work for ``target``: the steps and prompt, and for a target other than the reference
+        the reference's tokens to feed it under teacher forcing (none when the reference generated none)."""
+        gen = self.prepared.generation
+        if not gen:
+            return {}
+        teacher = None if target.id == self.evaluator.reference else self.evaluator.reference_tokens()
+        return {**gen, "teacher": teacher}
 
     def limits(self, target: Target) -> Limits:
         """The check's limits, with the target's own run time limit unless the user set one."""

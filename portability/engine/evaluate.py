@@ -45,6 +45,8 @@ class Evaluator:
         self.ref_outputs: dict[str, np.ndarray] = {}
         self.ref_metrics: dict = {}
         self.ref_perturbed: dict[str, np.ndarray] = {}
+        #: the reference's decoding (``--generate``), once it ran
+        self.ref_generation: dict | None = None
         self.score_name: str | None = None
         #: target id -> output name -> array, of every target that ran
         self.outputs: dict[str, dict[str, np.ndarray]] = {}
@@ -113,7 +115,11 @@ class Evaluator:
             ref = {n: v[:cut["batches"]] for n, v in ref.items()}
             labels = labels[:cut["batches"]] if labels is not None and len(labels) == cut["of"] else labels
             ref_metrics = dict(ref_metrics, accuracy=acc.accuracy(ref, labels, self.score_name))
+        gen = _generation(wdir) if wr.ok else None
+        if is_ref:
+            self.ref_generation = gen
         ev = Evaluation(worker=wr, outputs=outs, reference=None if is_ref else ref,
+                        generation=gen, reference_generation=None if is_ref else self.ref_generation, thresholds=t,
                         output_names=self.out_names, labels=labels, score_name=self.score_name,
                         reference_metrics=ref_metrics, perturbed=rob.set if rob else None, perturbed_outputs=extra,
                         reference_perturbed=None if is_ref else self.ref_perturbed,
@@ -134,6 +140,10 @@ class Evaluator:
                             artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + samples_note(wr.details) + timing_note(m) + artifact_notes(wr.details),
                             details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
 
+    def reference_tokens(self) -> list[int] | None:
+        """The tokens the reference generated (``--generate``), to feed the others under teacher forcing."""
+        return [int(x) for x in self.ref_generation["tokens"]] if self.ref_generation else None
+
     def odd_one_out(self, results: list[TargetResult], targets: list[Target]) -> list[str]:
         """Independent runtimes that agree with each other but not with the reference name it.
 
@@ -152,3 +162,12 @@ class Evaluator:
             return [f"{', '.join(agreeing)} agree with each other but not with the reference {self.reference}: "
                     "the reference may be the odd one out"]
         return []
+
+
+def _generation(wdir: Path) -> dict | None:
+    """A worker's ``generation.npz`` (``--generate``), or None where it decoded nothing."""
+    path = wdir / "generation.npz"
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}

@@ -20,6 +20,18 @@ def with_options(targets: list[Target], converter_options: dict, runtime_options
                     options={**t.options, **(runtime_options.get(t.id) or {})}) for t in targets]
 
 
+def for_generation(targets: list[Target]) -> list[Target]:
+    """Each step with the options its converter declares for a model that generates (``--generate``:
+    ``Converter.generation_options``, e.g. dynamic shapes kept so that the cache can grow); the user's own
+    options for a step win."""
+    from portability.core.target import load_class
+
+    def opts(path: str, given: dict) -> dict:
+        return {**getattr(load_class(path), "generation_options", {}), **given}
+
+    return [replace(t, converters=tuple((p, opts(p, o)) for p, o in t.converters)) for t in targets]
+
+
 def plan_targets(source_format: str, targets: list[Target], via: str | None = None
                  ) -> tuple[list[Target], dict[str, str], dict[str, dict]]:
     """Every target with its planned chain (the first, the reference, runs the source as given), the
@@ -90,6 +102,8 @@ def for_options(source_format: str, opts, say=lambda s: None) -> Planned:
     more target per asked version of a package they use (``--versions``)."""
     targets, no_route, records = for_check(source_format, opts.targets, opts.via,
                                            overrides=(opts.converter_options, opts.runtime_options))
+    if getattr(opts, "generate", 0):
+        targets = for_generation(targets)
     check_gate_rules(targets, opts.gate)
     from portability import matrix
 

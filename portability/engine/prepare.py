@@ -3,7 +3,7 @@ the feeds file, the calibration data, the robustness pass's perturbed (and adver
 static shapes converters get. Nothing here starts a process that runs a target."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ class Prepared:
     calibration: str
     #: the robustness pass (``metrics.robustness.run.Robustness``), with ``--robustness``
     robustness: Any = None
+    #: ``--generate``: ``{"steps": N, "prompt": [token ids]}`` (empty without)
+    generation: dict = field(default_factory=dict)
 
     @property
     def check_id(self) -> str:
@@ -57,4 +59,23 @@ def prepare(model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Pat
         from portability.metrics.robustness import run as robust
 
         rob = robust.prepare(model, feeds, opts, workdir)
-    return Prepared(workdir, feeds_file, in_names, shapes, calibration, rob)
+    return Prepared(workdir, feeds_file, in_names, shapes, calibration, rob, generation(model, opts))
+
+
+def generation(model: ModelInfo, opts: CheckOptions) -> dict:
+    """``--generate``'s steps and prompt, checked against the model: a decoder's, ids inside its vocabulary."""
+    if not getattr(opts, "generate", 0):
+        return {}
+    from portability.core import decoder
+    from portability.core.errors import UsageError
+    from portability.core.generate import default_prompt
+
+    lay = decoder.layout(model)
+    if lay is None:
+        raise UsageError("--generate needs a causal language model's decoder: input_ids with past key/value inputs "
+                         "(past_key_values.N.key/value) or present outputs, as Optimum exports them")
+    vocab = model.index_bounds.get(lay.ids)
+    prompt = list(opts.prompt_ids) or default_prompt(vocab, seed=opts.seed)
+    if vocab and max(prompt) >= vocab:
+        raise UsageError(f"--prompt-ids: token {max(prompt)} is outside the vocabulary (0..{vocab - 1})")
+    return {"steps": int(opts.generate), "prompt": prompt}

@@ -4,10 +4,10 @@ thresholds and the reasons a target drifted are all derived from it. Adding a me
 one line here."""
 from __future__ import annotations
 
-from portability.metrics import accuracy, drift, latency, memory, robustness, size
+from portability.metrics import accuracy, drift, generation, latency, memory, robustness, size
 
 #: in the order reports show them
-METRICS = (drift, accuracy, size, latency, memory, robustness)
+METRICS = (drift, accuracy, size, latency, memory, robustness, generation)
 
 #: report fields that belong to the schema but that no metric fills yet
 RESERVED: dict = {}

@@ -133,6 +133,12 @@ class Evaluation:
     perturbed_outputs: dict[str, np.ndarray] | None = None
     reference_perturbed: dict[str, np.ndarray] | None = None
     adversarial: dict | None = None
+    #: ``--generate``: this target's and the reference's decoding (a loaded ``generation.npz``: ``tokens``,
+    #: ``logits``, and ``forced_logits`` under teacher forcing), None without
+    generation: dict | None = None
+    reference_generation: dict | None = None
+    #: the target's bounds (``metrics.thresholds``): what a metric that decides more than a number needs
+    thresholds: dict = field(default_factory=dict)
 
     @property
     def is_reference(self) -> bool:

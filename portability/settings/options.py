@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from portability.core.errors import UsageError
+from portability.core.generate import prompt_ids
 from portability.core.limits import Limits
 from portability.settings.setting import INPUTS, RUNNING, THRESHOLDS, WHAT, Setting
 
@@ -85,6 +86,11 @@ class CheckOptions:
     #: the feeds file the converters calibrate on instead of the check's own feeds (a grid's further shapes: the
     #: first's, so that the artifacts they run are the ones converted at the first shape)
     calibration_feeds: str | None = None
+    #: greedy decoding of this many tokens on every target after the single pass (0: none): a decoder's
+    #: tokens compared step by step with the reference's (``core/generate.py``, ``metrics/generation.py``)
+    generate: int = 0
+    #: the prompt's token ids (empty: a seeded prompt of the model's vocabulary)
+    prompt_ids: tuple[int, ...] = ()
 
 
 def _path(v: Any, s: Setting) -> Path | None:
@@ -217,6 +223,12 @@ SETTINGS: tuple[Setting, ...] = (
             "substitutions) and, for a .pt2/.keras source, FGSM/PGD examples on every target: accuracy and flip "
             "rate against the reference per level.", WHAT, parse=lambda v, s: bool(v),
             flag="--robustness/--no-robustness"),
+    Setting("generate", int, 0, "Greedy decoding of N tokens on every target after the single pass, the cache fed "
+            "back step by step, for a causal language model's decoder (Optimum's layout): tokens matched with the "
+            "reference, the first divergent step, the logits' drift under teacher forcing, time to first token and "
+            "tokens/s.", WHAT, parse=_number(int), min=0, commands=("check",)),
+    Setting("prompt_ids", str, None, "The prompt of --generate as token ids, comma-separated (default: four seeded "
+            "ids of the model's vocabulary).", WHAT, parse=lambda v, s: prompt_ids(v, s.option), commands=("check",), file=(str, list)),
     Setting("localize", Path, None, "After the check, localize every target that drifts (as `portability localize` "
             "does: its first diverging node, the drift curve and a reproducer, in details.localize); the reproducers "
             "go to this folder. ONNX models only.", WHAT, parse=_path, path=True, file=(str,)),

@@ -134,6 +134,62 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
     return latency
 
 
+def _generate(job: Job, runtime, events: _Events, p: _Progress) -> None:
+    """Greedy decoding on this target's runtime, one inference a step (``core/generate.py``): free-running, then
+    fed the reference's tokens (teacher forcing) where the job has them. The tokens and each step's logits go to
+    ``generation.npz`` beside the outputs; a step the runtime refuses (a cache it cannot grow: a graph converted
+    at fixed shapes) is the target's run error, naming the step."""
+    from portability.core.decoder import layout_of
+    from portability.core.errors import RunError
+    from portability.core.generate import decode
+    from portability.core.model import TensorSpec
+
+    spec = job.generate
+    ins = tuple(TensorSpec.from_dict(t) for t in job.signature.get("inputs", []))
+    outs = tuple(TensorSpec.from_dict(t) for t in job.signature.get("outputs", []))
+    lay = layout_of(ins, outs)
+    if lay is None:
+        raise RunError("--generate: the model is not a causal language model's decoder (input_ids with past "
+                       "key/value inputs or present outputs, in Optimum's layout)")
+    events.phase(Phase.INFER, generate=spec["steps"])
+    step = _stepper(runtime)
+    free = decode(step, lay, ins, list(spec["prompt"]), int(spec["steps"]))
+    arrays = {"tokens": np.asarray(free.tokens, np.int64), "logits": np.stack(free.logits)}
+    teacher = spec.get("teacher")
+    if teacher:
+        forced = decode(step, lay, ins, list(spec["prompt"]), len(teacher), teacher=list(teacher))
+        arrays.update(forced_tokens=np.asarray(forced.tokens, np.int64), forced_logits=np.stack(forced.logits))
+    np.savez(Path(job.outputs).with_name("generation.npz"), **arrays)
+    p.details["generation"] = {"loop": "worker", "steps": len(free.tokens), "ttft_ms": _r(free.ttft_ms),
+                               "tokens_per_s": _r(free.tokens_per_s), "step_ms": [_r(x) for x in free.step_ms]}
+
+
+def _stepper(runtime):
+    """One decoding step on ``runtime``: its inference, a refusal named with the step it happened at."""
+    from portability.core.errors import RunError
+
+    n = [0]
+
+    def step(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        n[0] += 1
+        try:
+            return runtime.infer(feeds)
+        except Exception as e:  # noqa: BLE001  (a runtime's own error: the step says where it stopped)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RunError(f"generation step {n[0] - 1} (past {feeds_past(feeds)}): {first}"[:600]) from e
+    return step
+
+
+def feeds_past(feeds: dict[str, np.ndarray]) -> int:
+    """The past length a step fed (0 at the prefill)."""
+    past = [v for k, v in feeds.items() if k.startswith("past_key_values")]
+    return int(past[0].shape[2]) if past and past[0].ndim == 4 else 0
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
 def _time_chunks(runtime, batch: dict[str, np.ndarray], plan, min_runs: int, budget: float | None) -> tuple[list[float], str]:
     """Timed runs in chunks (the first one warms up) until the median is stable, ``plan.runs`` are taken or
     the time budget is spent (``metrics/latency.next_chunk``): every chunk's milliseconds, and why it stopped."""
@@ -209,6 +265,8 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
 
         p.phase = Phase.INFER
         latency = {"load": round(load_ms, 4), **_run(job, runtime, feeds, events, p)}
+        if job.generate:
+            _generate(job, runtime, events, p)
         latency.update({k: round(float(v), 4) for k, v in runtime.load_timings().items()})
         p.details.update(runtime.details())
         p.fields.update(latency=latency, backend_used=runtime.backend_used(), output_quant=runtime.output_quant())
