@@ -152,9 +152,28 @@ def test_one_platform_per_bundle(tmp_path):
 
 
 def test_runner_ships_as_package_data():
-    from portability.bundle.mobile import RUNNER
+    from portability.bundle.mobile import ENGINES, RUNNER
 
     assert RUNNER.is_file() and RUNNER.parent.name == "runner"
     assert "bundle/runner/*" in (ROOT / "pyproject.toml").read_text()
-    # the runner needs only Python 3, numpy and the runtimes: it imports nothing of portability
-    assert "portability" not in "".join(ln for ln in RUNNER.read_text().splitlines() if ln.startswith(("import", "from")))
+    # the runner and its engines need only Python 3, numpy and the runtimes: they import nothing of portability
+    for f in (RUNNER, ENGINES):
+        assert "portability" not in "".join(ln for ln in f.read_text().splitlines() if ln.startswith(("import", "from")))
+
+
+def test_one_device_engine_per_runtime():
+    """The engine a runtime runs on a device is the one the emulated ARM64 runtime runs, named by the runtime
+    class; a bundle runs the targets whose runtime has one and is not emulated (no table of its own)."""
+    from portability.bundle.mobile import _runnable
+    from portability.mobile.device_engines import ENGINES
+    from portability.runtimes.arm64 import Arm64Ort, Arm64Tflite
+    from portability.runtimes.litert import LiteRt
+    from portability.runtimes.ort_mobile import OrtMobile
+
+    assert Arm64Tflite.device_engine == LiteRt.device_engine and Arm64Ort.device_engine == OrtMobile.device_engine
+    assert {LiteRt.device_engine, OrtMobile.device_engine} <= set(ENGINES)
+    spec, left = _runnable("mobile")
+    assert spec.split(",") == ["mobile/tflite-fp32", "mobile/tflite-fp32-builtin", "mobile/tflite-fp16",
+                               "mobile/tflite-dynint8", "mobile/tflite-int8", "mobile/ort-mobile"]
+    assert {x.split(" ")[0] for x in left} == {"mobile/executorch-xnnpack", "mobile/executorch-portable", "mobile/coreml",
+                                               "mobile/arm64-tflite", "mobile/arm64-ort"}

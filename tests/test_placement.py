@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, by_id, check_json
-from portability.report.schema import off_backend
+from portability.runtimes.base import off_backend
 
 pytestmark = pytest.mark.mobile
 

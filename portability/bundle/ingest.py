@@ -4,8 +4,10 @@ The file is checked before anything is written: bounded, typed JSON of the resul
 the model's sha256 and the inputs' digest of the report it joins, targets that report ran, metrics that
 are numbers in range, a p50 that is the median of its samples, and a status that follows from the metrics
 and the report's own thresholds for that target (a pass over a breached bound is refused, as is a drift
-within every bound). Each target becomes ``web/<target>@<device>`` (``mobile/...`` for a mobile bundle's) in a
-copy of the report.
+within every bound). The status recorded is the check's own verdict: a target whose engine says it ran on
+another backend than the one asked for is a ``fallback`` (``engine.verdict.reported_breach`` over the engine's
+``info`` and what its runtime ``accepts``), whatever the page called it. Each target becomes
+``web/<target>@<device>`` (``mobile/...`` for a mobile bundle's) in a copy of the report.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from portability.core.status import COMPARED, Status
 from portability.report.schema import Report, TargetResult
 
 #: the statuses a page can end a target in
-PAGE_STATUSES = (*COMPARED, Status.LOAD_ERROR, Status.RUN_ERROR)
+PAGE_STATUSES = (*COMPARED, Status.FALLBACK, Status.LOAD_ERROR, Status.RUN_ERROR)
+#: the statuses of a target that ran to outputs on the device (compared, whatever backend it ran on)
+RAN = (*COMPARED, Status.FALLBACK)
 #: the characters of an error status's message kept in the report
 MAX_STORED_ERROR = 2000
 
@@ -127,24 +131,46 @@ def _latency(t: dict, where: str) -> dict:
     return {"p50": p50, "samples": samples_in_order}
 
 
+def accepts(target_id: str) -> dict:
+    """What the target's runtime says its engine's account of a run holds when the backend asked for ran
+    (``Runtime.accepts``, for the target's options; empty for a target this portability does not know)."""
+    from portability.core.target import load_class
+    from portability.targets import registry
+
+    t = registry().get(target_id)
+    try:
+        return load_class(t.runtime).accepts(dict(t.options)) if t else {}
+    except (ImportError, AttributeError):
+        return {}
+
+
 def check_target(t: dict, report: Report) -> tuple[Status, dict, list[str]]:
-    """(status, metrics, breaches) of one result target, or Refused when it is inconsistent."""
+    """(status, metrics, breaches) of one result target, or Refused when it is inconsistent. The status is the
+    verdict's: ``fallback`` where the engine ran on another backend than the one asked for, else what the
+    metrics make it (a page that called a fallback ``pass``, as pages did before they judged backends, is
+    corrected; a ``fallback`` that its engine's account does not bear out is refused)."""
+    from portability.engine.verdict import reported_breach
+
     where = f"target {t['id']}"
     if report.target(t["id"]) is None:
         raise Refused(f"{where} is not in the report it joins")
     if t.get("status") not in PAGE_STATUSES:
         raise Refused(f"{where}: status {t.get('status')!r} is not one of {', '.join(PAGE_STATUSES)}")
     status = Status(t["status"])
-    if status not in COMPARED:
+    if status not in RAN:
         if not isinstance(t.get("error"), str) or not t["error"].strip() or t.get("outputs"):
             raise Refused(f"{where}: an error status needs its error text and no outputs")
         return status, {}, []
     judged = _outputs(t, report, where)
     expected = Status.DRIFT if judged["breaches"] else Status.PASS
-    if status != expected:
+    off = reported_breach(accepts(t["id"]), t.get("info") if isinstance(t.get("info"), dict) else {})
+    if status == Status.FALLBACK and not off:
+        raise Refused(f"{where} says fallback but its engine ran on the backend asked for: a forged or inconsistent result")
+    if status != Status.FALLBACK and status != expected:
         why = "; ".join(judged["breaches"]) or "every output is within the thresholds"
         raise Refused(f"{where} says {status} but its metrics make it {expected} ({why}): a forged or inconsistent result")
-    return status, {"outputs": judged["outputs"], "latency_ms": _latency(t, where)}, judged["breaches"]
+    metrics = {"outputs": judged["outputs"], "latency_ms": _latency(t, where)}
+    return (Status.FALLBACK, metrics, [off, *judged["breaches"]]) if off else (status, metrics, judged["breaches"])
 
 
 def device_slug(device: dict) -> str:
@@ -182,7 +208,7 @@ def merge(report: Report, doc: dict, source: str) -> tuple[Report, list[TargetRe
         info = t.get("info") if isinstance(t.get("info"), dict) else {}
         added.append(TargetResult(
             id=f"{t['id']}@{slug}", platform=platform, status=status, gating=base.gating, runtime=base.runtime, device=device,
-            error=str(t["error"])[:MAX_STORED_ERROR] if status not in COMPARED else None, metrics=metrics, thresholds=dict(base.thresholds),
+            error=str(t["error"])[:MAX_STORED_ERROR] if status not in RAN else None, metrics=metrics, thresholds=dict(base.thresholds),
             breaches=tuple(breaches), notes=(f"run {where}, brought back from {Path(source).name}",),
             details={"device": doc["device"], "engine": {k: v for k, v in info.items() if k not in ("inputs", "outputs")},
                      "ingested": {"file": str(source), "bundle": doc.get("bundle"), "ran_at": doc.get("created_at")}}))

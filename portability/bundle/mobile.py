@@ -6,6 +6,8 @@ artifact cache and keeps the reference's outputs. The folder then holds:
 
     run.py                  the runner (``bundle/runner/run.py``): runs each target whose runtime is
                             installed, compares, times, names the device and writes ``result.json``
+    device_engines.py       the engines it runs the models with (``mobile/device_engines.py``, the
+                            emulated ARM64 runtime's too), named by each target's runtime (``device_engine``)
     models/<slug>.<ext>     each target's model file (``.tflite`` for LiteRT, ``.ort`` for ORT Mobile)
     data/<slug>.npz         its feeds in the file's own layout (``to_tflite``: NHWC, quantized inputs,
                             the file's batch size) and the reference's outputs in that layout, per batch
@@ -26,65 +28,23 @@ import numpy as np
 
 from portability.bundle.web import (FORMAT_VERSION, TIMED_RUNS, WARMUP_RUNS, Bundled, _artifact, checked, not_run,
                                     slug, write_manifest)
-from portability.core.errors import UsageError
+from portability.core.errors import TargetError, UsageError
+from portability.core.target import load_class
 
 RUNNER = Path(__file__).resolve().parent / "runner" / "run.py"
+#: the device engines the runner runs the models with (copied beside it)
+ENGINES = Path(__file__).resolve().parents[1] / "mobile" / "device_engines.py"
 RESULT_KIND = "portability-mobile-result"
-#: the mobile targets a bundle can run, by the runtime its runner uses
-RUNNABLE = {"mobile/tflite-fp32": "litert", "mobile/tflite-fp16": "litert", "mobile/tflite-dynint8": "litert",
-            "mobile/tflite-int8": "litert", "mobile/ort-mobile": "ort"}
 
 
-def _litert(art, ref: dict, batches: list[dict], options: dict) -> tuple[dict, dict]:
-    """A LiteRT target's tensors (interpreter indices, the file's layout) and its arrays."""
-    from portability.core.protocol import IoMap
-    from portability.runtimes.litert import KERNELS, batches as split, from_tflite, tflite_io, to_tflite
-
-    io = tflite_io(art)
-    kernels = options.get("kernels", "xnnpack")
-    if kernels not in KERNELS:
-        raise UsageError(f"unknown LiteRT kernels {kernels!r}")
-    arrays: dict[str, np.ndarray] = {}
-    calls = []
-    for b, feeds in enumerate(batches):
-        row = []
-        for s, part in enumerate(split(io, to_tflite(io, feeds))):
-            row.append([f"feed_{b}_{s}_{i}" for i in range(len(part))])
-            arrays.update(zip(row[-1], part))
-        calls.append(row)
-    outputs = []
-    for j, e in enumerate(io.outputs):
-        inv = np.argsort(e.perm) if e.perm is not None else None
-        keys = []
-        for b in range(len(batches)):
-            r = np.asarray(ref[e.onnx][b])
-            arrays[f"ref_{b}_{j}"] = np.ascontiguousarray(r.transpose(inv) if inv is not None else r)
-            keys.append(f"ref_{b}_{j}")
-            if not e.quant:  # the file's layout maps back to the reference exactly as the check maps outputs
-                back = from_tflite(IoMap((), (e,)), [arrays[keys[-1]]], {})[e.onnx]
-                if not np.array_equal(back.astype(r.dtype), r):
-                    raise UsageError(f"output '{e.onnx}': the file's layout of the reference does not map back to it")
-        outputs.append({"onnx": e.onnx, "index": e.index, "tensor": e.tensor, "quant": e.quant, "ref": keys})
-    tensors = {"inputs": [{"index": e.index, "tensor": e.tensor, "onnx": e.onnx, "dtype": e.dtype} for e in io.inputs],
-               "outputs": outputs, "calls": calls, "kernels": kernels}
-    return tensors, arrays
-
-
-def _ort(ref: dict, batches: list[dict], outputs: list[str]) -> tuple[dict, dict]:
-    """An ORT Mobile target's tensors (ONNX names, ONNX layout) and its arrays."""
-    names = list(batches[0]) if batches else []
-    arrays: dict[str, np.ndarray] = {}
-    calls = []
-    for b, feeds in enumerate(batches):
-        keys = [f"feed_{b}_0_{i}" for i in range(len(names))]
-        arrays.update({k: np.ascontiguousarray(feeds[n]) for k, n in zip(keys, names)})
-        calls.append([keys])
-    outs = []
-    for j, name in enumerate(outputs):
-        keys = [f"ref_{b}_{j}" for b in range(len(batches))]
-        arrays.update({k: np.ascontiguousarray(ref[name][b]) for b, k in enumerate(keys)})
-        outs.append({"onnx": name, "name": name, "quant": None, "ref": keys})
-    return {"inputs": [{"name": n, "onnx": n} for n in names], "outputs": outs, "calls": calls}, arrays
+def device_engine(target) -> str | None:
+    """The engine a device runs ``target`` with (its runtime's ``device_engine``, a runtime that runs on the device
+    itself: not under emulation), else None: a bundle cannot run it."""
+    try:
+        cls = load_class(target.runtime)
+    except (ImportError, AttributeError):
+        return None
+    return None if cls.emulated else getattr(cls, "device_engine", None) or None
 
 
 def _reference_stats(ref: dict, name: str) -> tuple[float, int]:
@@ -100,19 +60,19 @@ def _target(folder: Path, target, result, c) -> dict:
     art = _artifact(c.cache_root, result.artifact["sha256"], result.artifact["format"], (result.details or {}).get("artifact_meta"))
     if art is None:
         raise UsageError(f"{target.id}: its converted model is not in the artifact cache {c.cache_root}")
-    runtime = RUNNABLE[target.id]
     name = slug(target.id)
     model = f"models/{name}{art.path.suffix}"
     shutil.copy2(art.path, folder / model)
-    if runtime == "litert":
-        tensors, arrays = _litert(art, c.ref, c.batches, dict(target.options))
-    else:
-        tensors, arrays = _ort(c.ref, c.batches, [o["name"] for o in c.report.model.get("outputs") or []] or list(c.ref))
+    outputs = [o["name"] for o in c.report.model.get("outputs") or []] or list(c.ref)
+    try:
+        tensors, arrays = load_class(target.runtime).device_tensors(art, c.ref, c.batches, dict(target.options), outputs)
+    except TargetError as e:
+        raise UsageError(f"{target.id}: {e}") from None
     for o in tensors["outputs"]:
         o["ref_max_abs"], o["size"] = _reference_stats(c.ref, o["onnx"])
     np.savez(folder / "data" / f"{name}.npz", **arrays)
     t = result.thresholds or {}
-    return {"id": target.id, "slug": name, "runtime": runtime, "model": model, "data": f"data/{name}.npz",
+    return {"id": target.id, "slug": name, "runtime": device_engine(target), "model": model, "data": f"data/{name}.npz",
             "threads": target.options.get("threads"), **tensors,
             "thresholds": {"max_abs": t.get("max_abs"), "cosine": t.get("cosine")},
             "timing": {"warmup": WARMUP_RUNS, "runs": TIMED_RUNS}, "check_status": str(result.status)}
@@ -122,13 +82,14 @@ def _runnable(targets: str) -> tuple[str, list[str]]:
     """The bundle's mobile target ids (as a ``--targets`` value) and the named ones it cannot run."""
     from portability.targets import expand
 
-    ids = [t.id for t in expand(targets) if t.platform == "mobile"]
-    if not ids:
+    chosen = [t for t in expand(targets) if t.platform == "mobile"]
+    if not chosen:
         raise UsageError(f"--targets {targets} names no mobile target")
-    keep = [i for i in ids if i in RUNNABLE]
-    left = [f"{i} (a mobile bundle has no runner for it)" for i in ids if i not in RUNNABLE]
+    keep = [t.id for t in chosen if device_engine(t)]
+    left = [f"{t.id} (a mobile bundle has no runner for it)" for t in chosen if not device_engine(t)]
     if not keep:
-        raise UsageError(f"--targets {targets} names no mobile target a bundle runs (those are {', '.join(RUNNABLE)})")
+        runnable = [t.id for t in expand("mobile") if t.platform == "mobile" and device_engine(t)]
+        raise UsageError(f"--targets {targets} names no mobile target a bundle runs (those are {', '.join(runnable)})")
     return ",".join(keep), left
 
 
@@ -150,7 +111,8 @@ def build(model: Path, targets: str, folder: Path, **options: Any) -> Bundled:
         entries.append(_target(folder, t, r, c))
     if not entries:
         raise UsageError("no mobile target ran here to outputs: nothing to bundle (" + "; ".join(skipped) + ")")
-    shutil.copy2(RUNNER, folder / RUNNER.name)
+    for f in (RUNNER, ENGINES):
+        shutil.copy2(f, folder / f.name)
     manifest = {"kind": "portability-mobile-bundle", "version": FORMAT_VERSION, "result_kind": RESULT_KIND,
                 "model": {"name": Path(model).name, "sha256": c.report.model.get("sha256")},
                 "inputs": {"digest": c.kept["inputs"]["digest"], "batches": c.feeds.batches},

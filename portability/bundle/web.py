@@ -9,7 +9,11 @@ artifact cache and keeps the reference's outputs. The folder then holds, served 
     a/<slug>/                       each target's model files, its feeds in the page's layout
                                     (``feeds.bin``) and the reference's outputs in that layout (``reference.bin``)
     manifest.json                   model name and sha256, inputs digest, reference id, per target its
-                                    page configuration, tensors, thresholds and timing plan
+                                    page configuration, tensors, thresholds, timing plan and what its
+                                    page's info says when the backend asked for ran (``accepts``)
+
+What a target's page needs of its engine (its npm files, its page configuration, how its outputs map to the
+reference's) is asked of the target's runtime class (``runtimes/web.py``), never decided here by its name.
 
 The driver runs the harness steps Python uses (``setup``, ``inferMany``, ``time``), compares in the page
 and offers ``result.json`` (``bundle/ingest.py`` reads it back).
@@ -25,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from portability.core.errors import UsageError
+from portability.core.errors import TargetError, UsageError
 from portability.core.status import COMPARED
 
 PAGE_DIR = Path(__file__).resolve().parent / "page"
@@ -35,11 +39,6 @@ FORMAT_VERSION = 1
 #: timed runs per target in the page (after the harness's own warm-up)
 TIMED_RUNS = 20
 WARMUP_RUNS = 5
-
-#: per engine: the npm files its page module loads, as (folder under node_modules, file name suffixes)
-_ORT_WASM = ("ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
-_ORT_JSEP = _ORT_WASM + ("ort-wasm-simd-threaded.jsep.mjs", "ort-wasm-simd-threaded.jsep.wasm",
-                         "ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 
 
 @dataclass(frozen=True)
@@ -51,39 +50,13 @@ class Bundled:
     skipped: tuple[str, ...]
 
 
-def npm_files(engine: str, config: dict) -> list[str]:
-    """The node_modules paths one target's page loads."""
-    if engine == "ort":
-        dist = "onnxruntime-web/dist/"
-        wasm = _ORT_WASM if config.get("ep") in ("wasm", "webgl") else _ORT_JSEP
-        return [dist + config["bundle"], *(dist + f for f in wasm)]
-    if engine == "tfjs":
-        files = ["@tensorflow/tfjs/dist/tf.min.js"]
-        if config.get("backend") == "wasm":
-            d = "@tensorflow/tfjs-backend-wasm/dist/"
-            files += [d + "tf-backend-wasm.min.js", d + "tfjs-backend-wasm.wasm", d + "tfjs-backend-wasm-simd.wasm",
-                      d + "tfjs-backend-wasm-threaded-simd.wasm"]
-        if config.get("backend") == "webgpu":
-            files.append("@tensorflow/tfjs-backend-webgpu/dist/tf-backend-webgpu.min.js")
-        return files
-    if engine == "litert":
-        from portability.web.paths import modules_dir
-
-        root = modules_dir()
-        out = []
-        for d in ("@litertjs/core/dist", "@litertjs/core/wasm", "@litertjs/wasm-utils/dist"):
-            out += [str(p.relative_to(root)) for p in sorted((root / d).rglob("*")) if p.is_file() and p.suffix != ".map"]
-        return out
-    raise UsageError(f"no bundle for the web engine '{engine}'")
-
-
 def slug(tid: str) -> str:
     return tid.replace("/", "-")
 
 
 class _Blobs:
-    """Stands in for the harness server where a runtime's ``page_config`` puts a blob (the ORT warm-up
-    model): the blob becomes a file of the bundle and its URL a path relative to the page."""
+    """Stands in for the harness server where a runtime's ``page_config`` puts a blob (``static_config``):
+    the blob becomes a file of the bundle and its URL a path relative to the page."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -111,34 +84,22 @@ def _artifact(cache_root: Path, sha256: str, fmt: str, meta: dict | None):
     return found[0] if found else None
 
 
-def _stack(arrays: list[np.ndarray]) -> np.ndarray:
-    return np.stack(arrays) if arrays else np.zeros(0, np.float32)
-
-
 def page_reference(runtime, ref: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The reference's outputs ([batch, ...] per ONNX name) as the page gives them: its keys, its layout
-    (the inverse of the runtime's ``from_page``, checked by applying ``from_page`` back)."""
-    engine = runtime.engine
-    out: dict[str, np.ndarray] = {}
-    if engine == "ort":
-        out = dict(ref)
-    elif engine == "tfjs":
-        for e in runtime._io["outputs"]:
-            inv = np.argsort(e["to_onnx"]) if e.get("to_onnx") is not None else None
-            out[e["key"]] = _stack([r.transpose(inv) if inv is not None else r for r in ref[e["onnx"]]])
-    elif engine == "litert":
-        for e in runtime._io.outputs:
-            if e.quant:
-                raise UsageError(f"{e.onnx}: a quantized LiteRT.js output is not bundled")
-            inv = np.argsort(e.perm) if e.perm is not None else None
-            out[e.tensor] = _stack([r.transpose(inv) if inv is not None else r for r in ref[e.onnx]])
+    (the runtime's ``page_outputs``, the inverse of its ``from_page``, checked by applying ``from_page`` back)."""
     nb = len(next(iter(ref.values())))
+    pages = []
     for b in range(nb):
-        back = runtime.from_page({k: v[b] for k, v in out.items()})
+        try:
+            page = runtime.page_outputs({k: v[b] for k, v in ref.items()})
+        except TargetError as e:
+            raise UsageError(str(e)) from None
+        back = runtime.from_page(page)
         for name, r in ref.items():
-            if name in back and not np.array_equal(np.asarray(back[name]).astype(r.dtype), r[b]):
+            if name in back and not np.array_equal(np.asarray(back[name]).astype(r[b].dtype), r[b]):
                 raise UsageError(f"output '{name}': the page layout of the reference does not map back to it")
-    return out
+        pages.append(page)
+    return {k: np.stack([p[k] for p in pages]) for k in (pages[0] if pages else {})}
 
 
 def _write_tensors(path: Path, batches: list[dict[str, np.ndarray]]) -> list[list[dict]]:
@@ -165,8 +126,7 @@ def _target(folder: Path, target, result, ref: dict[str, np.ndarray], batches: l
     if art is None:
         raise UsageError(f"{target.id}: its converted model is not in the artifact cache {cache_root}")
     runtime = load_class(target.runtime)(dict(target.options))
-    runtime._server = _Blobs(folder)
-    config = runtime.page_config(art)
+    config = runtime.static_config(art, _Blobs(folder))
     name = slug(target.id)
     dest = folder / "a" / name
     dest.mkdir(parents=True)
@@ -176,7 +136,7 @@ def _target(folder: Path, target, result, ref: dict[str, np.ndarray], batches: l
     feeds = _write_tensors(dest / "feeds.bin", [runtime.to_page(b) for b in batches])
     refs = page_reference(runtime, ref)
     (out_descs,) = _write_tensors(dest / "reference.bin", [refs])
-    onnx_of = _onnx_names(runtime)
+    onnx_of = runtime.page_output_names()
     for d in out_descs:
         a = refs[d["name"]].astype(np.float64)
         d["onnx"] = onnx_of.get(d["name"], d["name"])
@@ -184,21 +144,12 @@ def _target(folder: Path, target, result, ref: dict[str, np.ndarray], batches: l
     t = result.thresholds or {}
     return {"id": target.id, "slug": name, "engine": runtime.engine, "config": config,
             "model": f"a/{name}/{art.path.relative_to(art.folder).as_posix()}",
-            "npm": npm_files(runtime.engine, config),
+            "npm": runtime.npm_files(config), "accepts": runtime.accepts(runtime.options),
             "feeds": {"url": f"a/{name}/feeds.bin", "batches": feeds},
             "reference": {"url": f"a/{name}/reference.bin", "outputs": out_descs},
             "thresholds": {"max_abs": t.get("max_abs"), "cosine": t.get("cosine")},
             "timing": {"warmup": WARMUP_RUNS, "runs": TIMED_RUNS},
             "check_status": str(result.status)}
-
-
-def _onnx_names(runtime) -> dict[str, str]:
-    """{the page's output key: the ONNX output name} (empty where they are the same)."""
-    if runtime.engine == "tfjs":
-        return {e["key"]: e["onnx"] for e in runtime._io["outputs"]}
-    if runtime.engine == "litert":
-        return {e.tensor: e.onnx for e in runtime._io.outputs}
-    return {}
 
 
 def _copy_page(folder: Path, npm: list[str]) -> None:

@@ -20,7 +20,27 @@ from dataclasses import dataclass, replace
 from portability.core.protocol import WorkerResult
 from portability.core.status import Status
 from portability.core.target import Target
-from portability.report.schema import off_backend
+from portability.runtimes.base import off_backend
+
+
+def backend_breach(asked: str | None, used: str | None, why: str | None = None) -> str | None:
+    """The breach of a ``fallback``: the backend that ran is not the one asked for (``why``: the runtime's own
+    words); None when it is, or when either is not known."""
+    if not (asked and used and asked != used):
+        return None
+    return f"asked for {asked}, ran on {used}" + (f": {why}" if why else "")
+
+
+def reported_breach(accepts: dict, info: dict) -> str | None:
+    """The same rule over a device's own account of its run (a bundle page's ``info``): ``accepts``, what the
+    runtime says that account holds when the backend asked for ran (``WebRuntime.accepts``); the bundle's
+    page applies it too (``bundle/page/bundle.mjs``)."""
+    for field, asked in accepts.items():
+        used = info.get(field)
+        breach = backend_breach(str(asked), used if isinstance(used, str) else None)
+        if breach:
+            return breach
+    return None
 
 
 def _named(rule: str, target: Target) -> bool:
@@ -63,8 +83,7 @@ def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[s
     found = list(found or [])
     asked, used = worker.backend_requested, worker.backend_used
     why = worker.details.get("fallback_reason")  # the runtime's own words, where it gave them
-    off = f"asked for {asked}, ran on {used}" + (f": {why}" if why else "") if asked and used and asked != used else \
-        (off_backend(worker.details) if strict else None)
+    off = backend_breach(asked, used, why) or (off_backend(worker.details) if strict else None)
     if off:
         return Verdict(Status.FALLBACK, g, (off, *found), tuple(notes))
     status = Status.DRIFT if found else Status.PASS

@@ -13,9 +13,10 @@ Two modes:
 The loop's frame: 8-byte little-endian length + JSON header, then for each array in ``header["arrays"]``
 an 8-byte length + ``.npy`` bytes. Commands:
 
-- ``load``  {kind: tflite|ort, format: tflite|ort|onnx, threads, kernels, inputs: [index|name],
-  outputs: [index|name]} + one array: the model file's bytes (uint8). The model comes by content, never by
-  path: the serving process reads no model folder.
+- ``load``  {engine: a name of ``device_engines.ENGINES``, format: tflite|ort|onnx, threads, kernels,
+  inputs: [index|name], outputs: [index|name]} + one array: the model file's bytes (uint8). The model comes
+  by content, never by path: the serving process reads no model folder. The engines are the ones a mobile
+  bundle's runner uses on a device (``device_engines.py``, beside this script).
 - ``infer`` arrays in ``inputs`` order -> arrays in ``outputs`` order
 - ``time``  arrays, warmup, runs -> {ms: [...]} (timed here, inside the emulated process)
 - ``quit``
@@ -27,12 +28,8 @@ import json
 import os
 import struct
 import sys
-import time
 
 import numpy as np
-
-_KERNELS = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
-
 
 def read_msg(f):
     head = f.read(8)
@@ -57,17 +54,6 @@ def write_msg(f, header, arrays=()):
     f.flush()
 
 
-_VERSIONS = {}
-
-
-def litert_version():
-    if "litert" not in _VERSIONS:
-        from importlib.metadata import version
-
-        _VERSIONS["litert"] = "ai-edge-litert " + version("ai-edge-litert")
-    return _VERSIONS["litert"]
-
-
 def rss_mb():
     import resource
 
@@ -81,54 +67,20 @@ def model_bytes(arrays) -> bytes:
     return arrays.pop().tobytes()
 
 
-class Tflite:
-    def __init__(self, req, content: bytes):
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-        self.content = content  # the interpreter reads its model from this buffer: kept alive with it
-        self.it = Interpreter(model_content=content, num_threads=req["threads"],
-                              experimental_op_resolver_type=getattr(OpResolverType, _KERNELS[req.get("kernels", "xnnpack")]))
-        self.it.allocate_tensors()
-        self.ins, self.outs = req["inputs"], req["outputs"]
-        self.shapes = {i: list(self.it.get_tensor(i).shape) for i in self.ins}
-        self.version = litert_version()
-
-    def run(self, arrays):
-        it, resized = self.it, False
-        for i, x in zip(self.ins, arrays):
-            if self.shapes[i] != list(x.shape):
-                it.resize_tensor_input(i, list(x.shape))
-                self.shapes[i], resized = list(x.shape), True
-        if resized:
-            it.allocate_tensors()
-        for i, x in zip(self.ins, arrays):
-            it.set_tensor(i, x)
-        it.invoke()
-        return [it.get_tensor(i) for i in self.outs]
-
-
-class Ort:
-    def __init__(self, req, content: bytes):
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = req["threads"]
-        so.log_severity_level = 3
-        if req.get("format") == "ort":
-            so.add_session_config_entry("session.load_model_format", "ORT")
-        self.sess = ort.InferenceSession(content, sess_options=so, providers=["CPUExecutionProvider"])
-        self.ins = req["inputs"] or [i.name for i in self.sess.get_inputs()]
-        self.outs = req["outputs"] or [o.name for o in self.sess.get_outputs()]
-        self.version = "onnxruntime " + ort.__version__
-
-    def run(self, arrays):
-        return self.sess.run(self.outs, dict(zip(self.ins, arrays)))
+def engines():
+    """The device engines (``device_engines.py``, beside this script; the package's module when imported)."""
+    try:
+        import device_engines
+    except ImportError:
+        from portability.mobile import device_engines
+    return device_engines
 
 
 def serve(fin, fout):
     """The request/reply loop, until ``quit`` or EOF."""
     import platform
 
+    device = engines()
     model = None
     while True:
         try:
@@ -140,20 +92,16 @@ def serve(fin, fout):
         try:
             if req["cmd"] == "load":
                 model = None  # the previous model's memory goes before the next one's arrives
-                model = (Tflite if req["kind"] == "tflite" else Ort)(req, model_bytes(arrays))
+                engine = device.ENGINES[req["engine"]]
+                model = engine(model_bytes(arrays), req["threads"], req["inputs"], req["outputs"], req.get("kernels"),
+                               req.get("format"))
                 write_msg(fout, {"ok": True, "version": model.version, "machine": platform.machine(), "pid": os.getpid(),
                                  "inputs": model.ins, "outputs": model.outs, "rss_mb": rss_mb()})
             elif req["cmd"] == "infer":
                 outs = model.run(arrays)
                 write_msg(fout, {"ok": True, "rss_mb": rss_mb()}, outs)
             elif req["cmd"] == "time":
-                for _ in range(req["warmup"]):
-                    model.run(arrays)
-                ms = []
-                for _ in range(req["runs"]):
-                    t0 = time.perf_counter()
-                    model.run(arrays)
-                    ms.append((time.perf_counter() - t0) * 1e3)
+                ms = device.timed_runs(model.run, arrays, req["warmup"], req["runs"])
                 write_msg(fout, {"ok": True, "ms": ms, "rss_mb": rss_mb()})
             else:
                 write_msg(fout, {"ok": False, "error": "unknown command " + str(req["cmd"]), "type": "ValueError"})
@@ -163,29 +111,13 @@ def serve(fin, fout):
             write_msg(fout, {"ok": False, "error": str(e), "type": type(e).__name__})
 
 
-#: a one-Relu ONNX model (66 bytes, onnx.helper: opset 13, float [1] -> [1]): one session on it before the
-#: server forks does ONNX Runtime's first-session set-up (environment, kernel registries) once for all children
-_WARM_ONNX = "CAgSADo2CgwKAXgSAXkiBFJlbHUSBHdhcm1aDwoBeBIKCggIARIECgIIAWIPCgF5EgoKCAgBEgQKAggBQgQKABAN"
-
-
 def preload():
     """What every connection would import, look up and set up: done once, before the server forks."""
-    import base64
     import platform
-    import traceback
 
-    import onnxruntime as ort
-    from ai_edge_litert.interpreter import Interpreter  # noqa: F401
-
-    litert_version()
+    for engine in engines().ENGINES.values():
+        engine.preload()
     platform.machine()
-    try:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = so.inter_op_num_threads = 1  # no thread pool: nothing but this thread at fork
-        so.log_severity_level = 3
-        ort.InferenceSession(base64.b64decode(_WARM_ONNX), sess_options=so, providers=["CPUExecutionProvider"])
-    except Exception:  # only a head start: each child sets up what it needs anyway
-        traceback.print_exc()
 
 
 def _reap():

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 from portability.core.status import Status
 from portability.report.diff import Diff
-from portability.report.schema import Report, TargetResult, off_backend
+from portability.report.schema import Report, TargetResult
+from portability.runtimes.base import off_backend
 
 #: the statuses with a pill style of their own; every other is styled as an error
 _OWN_STYLE = (Status.PASS, Status.DRIFT, Status.FALLBACK, Status.SKIPPED)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from portability.core.status import Status
 from portability.report.diff import Diff
-from portability.report.schema import Report, TargetResult, off_backend
+from portability.report.schema import Report, TargetResult
+from portability.runtimes.base import off_backend
 from portability.report.table import explain
 
 ICON = {Status.PASS: "✅", Status.DRIFT: "❌", Status.SKIPPED: "⏭️", Status.FALLBACK: "⚠️"}

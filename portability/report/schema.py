@@ -15,19 +15,6 @@ from portability.core.status import FAILING, STATUSES, Status  # noqa: F401  (th
 SCHEMA_VERSION = 1
 
 
-def off_backend(details: dict) -> str | None:
-    """How many of a target's nodes ran off the backend it asked for (``details["placement"]``), with the share
-    on it and the ops of the others; None when they all ran on it or nothing tells. Under ``--strict-backend``
-    it is the breach of a ``fallback``, else a note of the report."""
-    p = details.get("placement") or {}
-    if p.get("fully") is False:  # a runtime that tells only whether every node ran there (LiteRT.js)
-        return f"part of the model ran outside {p.get('backend')} (the runtime says it is not fully accelerated)"
-    if not p or "nodes" not in p or p.get("on_backend", 0) >= p.get("nodes", 0):
-        return None
-    ops = ", ".join(f"{op}×{n}" for op, n in (p.get("elsewhere") or {}).items())
-    return f"{p['nodes'] - p['on_backend']} of {p['nodes']} nodes ({ops}) ran outside {p['backend']} (share {p['share']:g} on it)"
-
-
 @dataclass(frozen=True)
 class TargetResult:
     id: str

@@ -33,7 +33,8 @@ from portability.mobile.arm64 import SERVER  # noqa: E402  (the emulated server'
 
 
 class _Emulated(Runtime):
-    kind = ""
+    #: the engine that runs it in the emulated Python (``mobile/device_engines.py``, a bundle's runner's too)
+    device_engine: ClassVar[str] = ""
     emulated = True
     cost_s = 3.0  # an emulated Python and its imports, emulated inference
     proc: subprocess.Popen | None = None
@@ -112,8 +113,8 @@ class _Emulated(Runtime):
         except OSError as e:
             raise LoadError(f"cannot read the model file {path}: {e}") from None
         self._start()
-        fmt = Path(path).suffix.lstrip(".").lower() or self.kind
-        req = {"cmd": "load", "kind": self.kind, "format": fmt, "threads": self.threads,
+        fmt = Path(path).suffix.lstrip(".").lower() or self.input_format
+        req = {"cmd": "load", "engine": self.device_engine, "format": fmt, "threads": self.threads,
                "kernels": kernels or "xnnpack", "inputs": ins, "outputs": outs}
         reply, _ = self._call(req, [content], err=LoadError)
         self._reply = reply
@@ -170,7 +171,7 @@ class Arm64Tflite(TfliteMapped, _Emulated):
     """LiteRT's aarch64 build. Options: ``kernels`` (xnnpack|builtin|reference), ``threads``."""
 
     input_format = "tflite"
-    kind = "tflite"
+    device_engine = "litert"
     OPTIONS = frozenset({"kernels", "threads"})
 
     def load(self, artifact: Artifact) -> None:
@@ -200,7 +201,7 @@ class Arm64Ort(_Emulated):
     """ONNX Runtime's aarch64 build on the ``.ort`` (or ``.onnx``) artifact. Options: ``threads``."""
 
     input_format = "ort"
-    kind = "ort"
+    device_engine = "ort"
     OPTIONS = frozenset({"threads"})
 
     def load(self, artifact: Artifact) -> None:

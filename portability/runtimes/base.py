@@ -126,6 +126,13 @@ class Runtime(ABC):
         """Extra plain-JSON facts for the report (bundle used, layout mapping, threads, coverage...)."""
         return {}
 
+    @classmethod
+    def accepts(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """What a device's own account of a run (a bundle page's ``info``) holds when the backend these options
+        ask for ran, ``{field: value}``: an account that says otherwise ran elsewhere, a ``fallback``
+        (``engine.verdict.reported_breach``; the bundle's page applies the same rule)."""
+        return {}
+
     # -- what the runtime is, for a target's options: class-level, read without creating a runtime (the
     # -- check's own process never creates one; only the worker does)
 
@@ -202,6 +209,20 @@ def placement(backend: str, ran: list[tuple[str, bool]]) -> dict[str, Any]:
             elsewhere[op] = elsewhere.get(op, 0) + 1
     return {"backend": backend, "nodes": len(ran), "on_backend": on, "share": round(on / len(ran), 3) if ran else 1.0,
             "elsewhere": dict(sorted(elsewhere.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+def off_backend(details: dict) -> str | None:
+    """How many of a target's nodes ran off the backend it asked for (``details["placement"]``, as ``placement``
+    makes it, or ``{"backend", "fully"}`` from a runtime that tells only that), with the share on it and the ops
+    of the others; None when they all ran on it or nothing tells. The verdict makes it the breach of a
+    ``fallback`` under ``--strict-backend``; the report shows it as a note otherwise."""
+    p = details.get("placement") or {}
+    if p.get("fully") is False:  # a runtime that tells only whether every node ran there (LiteRT.js)
+        return f"part of the model ran outside {p.get('backend')} (the runtime says it is not fully accelerated)"
+    if not p or "nodes" not in p or p.get("on_backend", 0) >= p.get("nodes", 0):
+        return None
+    ops = ", ".join(f"{op}×{n}" for op, n in (p.get("elsewhere") or {}).items())
+    return f"{p['nodes'] - p['on_backend']} of {p['nodes']} nodes ({ops}) ran outside {p['backend']} (share {p['share']:g} on it)"
 
 
 def output_dtypes(artifact: Artifact) -> dict[str, str]:

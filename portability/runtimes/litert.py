@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -152,6 +152,43 @@ class TfliteMapped:
     option and the ONNX output dtypes, and the quantization of its outputs."""
 
     options: dict[str, Any]
+    #: the engine that runs the file on a device (``mobile/device_engines.py``): a mobile bundle's, the emulator's
+    device_engine: ClassVar[str] = "litert"
+
+    @classmethod
+    def device_tensors(cls, artifact: Artifact, ref: dict, feeds: list[dict], options: dict[str, Any],
+                       outputs: list[str]) -> tuple[dict, dict[str, np.ndarray]]:
+        """A device's copy of a check, for its engine: the tensors (interpreter indices, the file's layout: each
+        batch's calls, each output's reference keys) and the arrays they name (``ref``: the reference's outputs,
+        ONNX names and layout, per batch; ``feeds``: each batch's inputs)."""
+        io = tflite_io(artifact)
+        kernels = options.get("kernels", "xnnpack")
+        if kernels not in KERNELS:
+            raise LoadError(f"unknown LiteRT kernels {kernels!r} (one of {', '.join(KERNELS)})")
+        arrays: dict[str, np.ndarray] = {}
+        calls = []
+        for b, batch in enumerate(feeds):
+            row = []
+            for s, part in enumerate(batches(io, to_tflite(io, batch))):
+                row.append([f"feed_{b}_{s}_{i}" for i in range(len(part))])
+                arrays.update(zip(row[-1], part))
+            calls.append(row)
+        outs = []
+        for j, e in enumerate(io.outputs):
+            inv = np.argsort(e.perm) if e.perm is not None else None
+            keys = []
+            for b in range(len(feeds)):
+                r = np.asarray(ref[e.onnx][b])
+                arrays[f"ref_{b}_{j}"] = np.ascontiguousarray(r.transpose(inv) if inv is not None else r)
+                keys.append(f"ref_{b}_{j}")
+                if not e.quant:  # the file's layout maps back to the reference exactly as the check maps outputs
+                    back = from_tflite(IoMap((), (e,)), [arrays[keys[-1]]], {})[e.onnx]
+                    if not np.array_equal(back.astype(r.dtype), r):
+                        raise LoadError(f"output '{e.onnx}': the file's layout of the reference does not map back to it")
+            outs.append({"onnx": e.onnx, "index": e.index, "tensor": e.tensor, "quant": e.quant, "ref": keys})
+        tensors = {"inputs": [{"index": e.index, "tensor": e.tensor, "onnx": e.onnx, "dtype": e.dtype} for e in io.inputs],
+                   "outputs": outs, "calls": calls, "kernels": kernels}
+        return tensors, arrays
 
     def _open_mapping(self, artifact: Artifact) -> None:
         self.io = tflite_io(artifact)

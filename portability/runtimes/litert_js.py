@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from portability.core.artifact import Artifact
-from portability.core.errors import LoadError, RunError, TargetError, Unavailable
+from portability.core.errors import LoadError, RunError, TargetError, Unavailable, UsageError
 from portability.runtimes.base import output_dtypes
 from portability.runtimes.web import WebRuntime
 
@@ -31,6 +31,7 @@ class LiteRtJs(WebRuntime):
     packages: ClassVar[dict[str, str]] = {"@litertjs/core": "dist/index.js", "@litertjs/wasm-utils": "dist/index.js"}
     served = ("@litertjs/core/dist", "@litertjs/core/wasm", "@litertjs/wasm-utils/dist")
     input_format = "tflite"
+    backend_field = "accelerator"
 
     @property
     def accelerator(self) -> str:
@@ -90,12 +91,20 @@ class LiteRtJs(WebRuntime):
             raw.append(outputs[name])
         return from_tflite(self._io, raw, self._onnx_dtypes)
 
+    def page_outputs(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for e in self._io.outputs:
+            if e.quant:
+                raise UsageError(f"{e.onnx}: a quantized LiteRT.js output is not bundled")
+            y = outputs[e.onnx]
+            out[e.tensor] = y.transpose(np.argsort(e.perm)) if e.perm is not None else y
+        return out
+
+    def page_output_names(self) -> dict[str, str]:
+        return {e.tensor: e.onnx for e in self._io.outputs}
+
     def describe(self) -> str:
         return f"LiteRT.js {self._info.get('version') or '?'} ({self.accelerator} accelerator)"
-
-
-    def backend_used(self) -> str | None:
-        return self._info.get("accelerator")
 
     def details(self) -> dict[str, Any]:
         d = super().details()

@@ -6,7 +6,7 @@ accelerator would take.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,6 +20,27 @@ class OrtMobile(OrtCpu):
 
     input_format = "ort"
     OPTIONS = frozenset({"threads"})
+    #: the engine that runs the file on a device (``mobile/device_engines.py``): a mobile bundle's
+    device_engine: ClassVar[str] = "ort"
+
+    @classmethod
+    def device_tensors(cls, artifact, ref: dict, feeds: list[dict], options: dict[str, Any],
+                       outputs: list[str]) -> tuple[dict, dict[str, np.ndarray]]:
+        """A device's copy of a check, for its engine: the tensors (ONNX names and layout: each batch's call,
+        each output's reference keys) and the arrays they name (as ``TfliteMapped.device_tensors``)."""
+        names = list(feeds[0]) if feeds else []
+        arrays: dict[str, np.ndarray] = {}
+        calls = []
+        for b, batch in enumerate(feeds):
+            keys = [f"feed_{b}_0_{i}" for i in range(len(names))]
+            arrays.update({k: np.ascontiguousarray(batch[n]) for k, n in zip(keys, names)})
+            calls.append([keys])
+        outs = []
+        for j, name in enumerate(outputs):
+            keys = [f"ref_{b}_{j}" for b in range(len(feeds))]
+            arrays.update({k: np.ascontiguousarray(ref[name][b]) for b, k in enumerate(keys)})
+            outs.append({"onnx": name, "name": name, "quant": None, "ref": keys})
+        return {"inputs": [{"name": n, "onnx": n} for n in names], "outputs": outs, "calls": calls}, arrays
 
     def _session_options(self, ort):
         self.threads = int(self.options.get("threads") or default_threads())

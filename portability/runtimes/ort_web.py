@@ -15,6 +15,10 @@ from portability.runtimes.ort import OrtCpu
 from portability.runtimes.web import WebRuntime
 
 BUNDLES = {"wasm": "ort.wasm.min.mjs", "webgl": "ort.webgl.min.mjs", "webgpu": "ort.webgpu.min.mjs", "webnn": "ort.all.min.mjs"}
+#: the wasm files a page loads beside its bundle: the plain build (wasm, WebGL), else the JSEP builds too
+_WASM = ("ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
+_JSEP = _WASM + ("ort-wasm-simd-threaded.jsep.mjs", "ort-wasm-simd-threaded.jsep.wasm",
+                 "ort-wasm-simd-threaded.asyncify.mjs", "ort-wasm-simd-threaded.asyncify.wasm")
 #: ORT's provider names (in its node placement log) -> the ep names of onnxruntime-web
 _PROVIDERS = {"CPUExecutionProvider": "wasm", "WebGpuExecutionProvider": "webgpu", "JsExecutionProvider": "webgpu",
               "WebNNExecutionProvider": "webnn"}
@@ -89,6 +93,11 @@ class OrtWeb(WebRuntime):
                 "warmModel": self._server.put_blob("warm.onnx", _warm_model()),
                 # what this model asks of the device, checked before its session is made
                 "needs": {"shaderF16": str(artifact.meta.get("quantization", "")).startswith("float16")}}
+
+    @classmethod
+    def npm_files(cls, config: dict[str, Any]) -> list[str]:
+        dist = "onnxruntime-web/dist/"
+        return [dist + config["bundle"], *(dist + f for f in (_WASM if config.get("ep") in ("wasm", "webgl") else _JSEP))]
 
     def keep_console(self, kind: str, text: str) -> bool:
         # the session is created with verbose logging for its node placement; drop the rest of it

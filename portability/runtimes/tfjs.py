@@ -39,6 +39,7 @@ class Tfjs(WebRuntime):
                                           "@tensorflow/tfjs-backend-webgpu": "dist/tf-backend-webgpu.min.js"}
     input_format = "tfjs"
     uses = ("@tensorflow/tfjs", "playwright")
+    backend_field = "backend"
 
     @property
     def backend(self) -> str:
@@ -84,12 +85,29 @@ class Tfjs(WebRuntime):
             out[e["onnx"]] = y.astype(self._onnx_dtypes.get(e["onnx"], y.dtype), copy=False)
         return out
 
+    def page_outputs(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for e in self._io["outputs"]:
+            y = outputs[e["onnx"]]
+            out[e["key"]] = y.transpose(np.argsort(e["to_onnx"])) if e.get("to_onnx") is not None else y
+        return out
+
+    def page_output_names(self) -> dict[str, str]:
+        return {e["key"]: e["onnx"] for e in self._io["outputs"]}
+
+    @classmethod
+    def npm_files(cls, config: dict[str, Any]) -> list[str]:
+        files = ["@tensorflow/tfjs/dist/tf.min.js"]
+        if config.get("backend") == "wasm":
+            d = "@tensorflow/tfjs-backend-wasm/dist/"
+            files += [d + "tf-backend-wasm.min.js", d + "tfjs-backend-wasm.wasm", d + "tfjs-backend-wasm-simd.wasm",
+                      d + "tfjs-backend-wasm-threaded-simd.wasm"]
+        if config.get("backend") == "webgpu":
+            files.append("@tensorflow/tfjs-backend-webgpu/dist/tf-backend-webgpu.min.js")
+        return files
+
     def describe(self) -> str:
         return f"TensorFlow.js {self._info.get('version') or '?'} ({self.backend} backend, graph model)"
-
-
-    def backend_used(self) -> str | None:
-        return self._info.get("backend")
 
     def details(self) -> dict[str, Any]:
         d = super().details()

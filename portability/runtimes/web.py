@@ -6,7 +6,9 @@ the model itself from the server; feeds and outputs travel as single binary blob
 
 Subclasses say which engine module the page loads (``engine``), which npm packages it needs, the
 page configuration (``page_config``), how the ONNX-shaped feeds/outputs map to the artifact's
-tensors (``to_page`` / ``from_page``), and how the engine's error messages name ops (``op_error``).
+tensors (``to_page`` / ``from_page``), how the engine's error messages name ops (``op_error``), what the
+page's ``info`` says when the backend asked for ran (``accepts``), and what a bundle's page of plain files
+needs of the engine (``StaticPage``, ``runtimes/web_page.py``).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import numpy as np
 from portability.core.artifact import Artifact
 from portability.core.errors import LoadError, RunError, TargetError, Unavailable
 from portability.runtimes.base import Availability, Runtime
+from portability.runtimes.web_page import StaticPage
 from portability.web.blobs import groups, unpack
 from portability.web.pool import MAX_KEPT_BYTES
 
@@ -56,12 +59,14 @@ _BROWSER_VERSION = """async () => {
 _STAGES = {"init": "runtime init", "session": "model load", "run": "inference", "time": "timing"}
 
 
-class WebRuntime(Runtime):
+class WebRuntime(StaticPage, Runtime):
     """A browser engine is one descriptor: ``engine`` (its page module, ``harness/<engine>.mjs``),
     ``packages`` (npm package -> a file that must exist in it) and ``served`` (the package folders the
     page may fetch; default: the folder of each required file)."""
 
     engine: ClassVar[str]
+    #: the field of the page's ``info`` naming the backend that ran, in ``requested``'s words (``accepts``)
+    backend_field: ClassVar[str | None] = None
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"isolated"})  # False: serve without cross-origin isolation
     packages: ClassVar[dict[str, str]] = {}
     served: ClassVar[tuple[str, ...]] = ()
@@ -139,6 +144,13 @@ class WebRuntime(Runtime):
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         """Engine-specific page configuration (merged into the ``harness.setup`` argument)."""
         return {}
+
+    def backend_used(self) -> str | None:
+        return self._info.get(self.backend_field) if self.backend_field else None
+
+    @classmethod
+    def accepts(cls, options: dict[str, Any]) -> dict[str, Any]:
+        return {cls.backend_field: cls.requested(options)} if cls.backend_field else {}
 
     def to_page(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """ONNX-named, ONNX-layout feeds -> the artifact's names, layout and dtypes."""

@@ -1,6 +1,7 @@
 // The bundle's driver: runs every target of manifest.json in turn, each in a fresh frame of the harness
 // page (h/index.html) with the same steps Python drives (setup, inferMany, time), compares the outputs
-// with the reference's in the page, and offers the result (window.bundleResult, result.json).
+// with the reference's in the page, judges each target by the check's own rules (its bounds, and a backend
+// other than the one asked for is a fallback), and offers the result (window.bundleResult, result.json).
 const here = (rel) => new URL(rel, location.href).href;
 const SOFTWARE = /swiftshader|llvmpipe|software|basic render/i;
 
@@ -69,6 +70,16 @@ function judge(outputs, t, problems) {
   return breaches;
 }
 
+// The check's own rule (engine/verdict.py, reported_breach): an engine whose info names another backend than
+// the one asked for ran elsewhere, a fallback. t.accepts: what the target's runtime says that info holds then.
+function offBackend(accepts, info) {
+  for (const [field, asked] of Object.entries(accepts || {})) {
+    const used = info ? info[field] : null;
+    if (typeof used === 'string' && used && String(asked) && used !== String(asked)) return `asked for ${asked}, ran on ${used}`;
+  }
+  return null;
+}
+
 async function openFrame() {
   const frame = document.createElement('iframe');
   frame.hidden = true;
@@ -115,7 +126,9 @@ async function runTarget(t) {
     row.latency_ms = {p50: ms.length % 2 ? ms[(ms.length - 1) / 2] : (ms[ms.length / 2 - 1] + ms[ms.length / 2]) / 2, samples: timed.ms};
     row.info = timed.info || row.info;
     row.breaches = judge(row.outputs, t.thresholds, problems);
-    row.status = row.breaches.length ? 'drift' : 'pass';
+    const off = offBackend(t.accepts, row.info);
+    row.status = off ? 'fallback' : row.breaches.length ? 'drift' : 'pass';
+    if (off) row.breaches.unshift(off);
     return row;
   } catch (e) {
     row.error = String((e && e.message) || e);

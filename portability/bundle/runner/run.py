@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # Runs a portability mobile bundle on this device and writes result.json (``portability ingest result.json``).
 #
-# Needs Python 3.9+, numpy and the runtimes of the targets to run (a target whose runtime is not installed
-# is skipped, saying so). On a Raspberry Pi / Jetson / other aarch64 Linux board:
+# Needs Python 3.9+, numpy, device_engines.py beside it (which runs each model) and the runtimes of the
+# targets to run (a target whose runtime is not installed is skipped, saying so). On a Raspberry Pi / Jetson /
+# other aarch64 Linux board:
 #     pip install numpy ai-edge-litert onnxruntime
 # On Termux (Android): pkg install python python-numpy, then pip install ai-edge-litert onnxruntime
 # where wheels exist for it. Then, in this folder:
@@ -17,10 +18,11 @@ import os
 import platform
 import re
 import sys
-import time
 from datetime import datetime, timezone
 
 import numpy as np
+
+from device_engines import ENGINES, Missing, timed_runs  # beside this script in the bundle
 
 MANIFEST = "manifest.json"
 PASS = "pass"
@@ -35,10 +37,6 @@ ARM_CORES = {("0x41", "0xd03"): "Cortex-A53", ("0x41", "0xd04"): "Cortex-A35", (
              ("0x41", "0xd42"): "Cortex-A78AE", ("0x41", "0xd44"): "Cortex-X1", ("0x41", "0xd46"): "Cortex-A510",
              ("0x41", "0xd47"): "Cortex-A710", ("0x41", "0xd48"): "Cortex-X2", ("0x41", "0xd4f"): "Neoverse-V2",
              ("0x4e", "0x004"): "NVIDIA Carmel", ("0x61", "0x022"): "Apple M1"}
-
-
-class Missing(Exception):
-    """A target's runtime is not installed here."""
 
 
 def cpu_model():
@@ -60,68 +58,6 @@ def device():
     core, board = cpu_model()
     return {"machine": platform.machine(), "platform": platform.platform(), "cpu": core, "board": board,
             "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__}
-
-
-class Litert:
-    def __init__(self, path, t, threads):
-        try:
-            from ai_edge_litert import interpreter as lite
-            name = "ai-edge-litert"
-        except ImportError:
-            try:
-                from tflite_runtime import interpreter as lite
-                name = "tflite-runtime"
-            except ImportError:
-                raise Missing("LiteRT is not installed (pip install ai-edge-litert)") from None
-        kinds = {"xnnpack": "AUTO", "builtin": "BUILTIN_WITHOUT_DEFAULT_DELEGATES", "reference": "BUILTIN_REF"}
-        self.info = {"runtime": f"{name} {_version(name)}", "threads": threads, "kernels": t.get("kernels", "xnnpack")}
-        self.it = lite.Interpreter(model_path=path, num_threads=threads, experimental_op_resolver_type=getattr(
-            lite.OpResolverType, kinds[self.info["kernels"]]))
-        self.it.allocate_tensors()
-        self.ins = [e["index"] for e in t["inputs"]]
-        self.outs = [e["index"] for e in t["outputs"]]
-        self.shapes = {i: list(self.it.get_tensor(i).shape) for i in self.ins}
-
-    def run(self, arrays):
-        it, resized = self.it, False
-        for i, x in zip(self.ins, arrays):
-            if self.shapes[i] != list(x.shape):
-                it.resize_tensor_input(i, list(x.shape))
-                self.shapes[i], resized = list(x.shape), True
-        if resized:
-            it.allocate_tensors()
-        for i, x in zip(self.ins, arrays):
-            it.set_tensor(i, x)
-        it.invoke()
-        return [it.get_tensor(i) for i in self.outs]
-
-
-class Ort:
-    def __init__(self, path, t, threads):
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise Missing("ONNX Runtime is not installed (pip install onnxruntime)") from None
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.log_severity_level = 3
-        if path.endswith(".ort"):
-            so.add_session_config_entry("session.load_model_format", "ORT")
-        self.info = {"runtime": f"onnxruntime {ort.__version__}", "threads": threads}
-        self.sess = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
-        self.ins = [e["name"] for e in t["inputs"]]
-        self.outs = [e["name"] for e in t["outputs"]]
-
-    def run(self, arrays):
-        return self.sess.run(self.outs, dict(zip(self.ins, arrays)))
-
-
-def _version(dist):
-    try:
-        from importlib.metadata import version
-        return version(dist)
-    except Exception:  # noqa: BLE001 - a version is information only
-        return "?"
 
 
 def drift(ref, got):
@@ -174,14 +110,7 @@ def outputs_of(model, t, data):
 
 
 def timed(model, t, data, runs):
-    arrays = [data[k] for k in t["calls"][0][0]]
-    for _ in range(t["timing"]["warmup"]):
-        model.run(arrays)
-    ms = []
-    for _ in range(runs or t["timing"]["runs"]):
-        t0 = time.perf_counter()
-        model.run(arrays)
-        ms.append((time.perf_counter() - t0) * 1e3)
+    ms = timed_runs(model.run, [data[k] for k in t["calls"][0][0]], t["timing"]["warmup"], runs or t["timing"]["runs"])
     s, n = sorted(ms), len(ms)
     return {"p50": s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2, "samples": ms}
 
@@ -190,8 +119,10 @@ def run_target(t, args):
     """One target's result row; Missing when its runtime is not installed."""
     row = {"id": t["id"], "status": LOAD_ERROR, "error": None, "outputs": {}, "breaches": [], "latency_ms": None, "info": None}
     threads = args.threads or t.get("threads") or max(1, min(4, os.cpu_count() or 1))
+    engine = ENGINES[t["runtime"]]
     try:
-        model = (Litert if t["runtime"] == "litert" else Ort)(t["model"], t, threads)
+        model = engine(t["model"], threads, [e[engine.handle] for e in t["inputs"]],
+                       [e[engine.handle] for e in t["outputs"]], t.get("kernels"), os.path.splitext(t["model"])[1][1:])
     except Missing:
         raise
     except Exception as e:  # noqa: BLE001 - the runtime's own error, reported
