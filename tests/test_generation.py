@@ -77,8 +77,8 @@ def test_a_prompt_outside_the_vocabulary_is_a_usage_error(tmp_path):
 @pytest.mark.slow
 @needs_browser
 def test_every_runtime_with_a_growing_cache_generates_the_same_tokens(tmp_path):
-    """ONNX Runtime in the browser, ORT Mobile's format here and under ARM64 emulation: all 16 tokens; a TFLite
-    model converted at fixed shapes cannot grow its cache, and says at which step."""
+    """ONNX Runtime in the browser (the loop in the page), ORT Mobile's format here and under ARM64 emulation:
+    all 16 tokens; a TFLite model converted at fixed shapes cannot grow its cache, and says at which step."""
     from portability.mobile import arm64
 
     path = decoder(tmp_path / "decoder_with_past_model.onnx")
@@ -92,3 +92,6 @@ def test_every_runtime_with_a_growing_cache_generates_the_same_tokens(tmp_path):
             continue
         g = got[t]["metrics"]["generation"]
         assert got[t]["status"] == "pass" and g["tokens"] == want and g["matched"] == 16, (t, g)
+    # the browser's loop ran in its page, the cache in onnxruntime-web's tensors; the others' in their worker
+    assert got["web/ort-wasm"]["details"]["generation"]["loop"] == "page"
+    assert got["mobile/ort-mobile"]["details"]["generation"]["loop"] == "worker"

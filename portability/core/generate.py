@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from portability.core.decoder import PAST_AXIS, Layout
-from portability.core.errors import BadInput
+from portability.core.errors import BadInput, RunError
 from portability.core.model import TensorSpec
 
 Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -79,7 +79,11 @@ def decode(step: Step, lay: Layout, inputs: tuple[TensorSpec, ...], prompt: list
             fed = list(seq)  # no cache: the whole sequence again
         feeds = _feeds(lay, specs, fed, past_len, past)
         t0 = time.perf_counter()
-        res = step(feeds)
+        try:
+            res = step(feeds)
+        except Exception as e:  # noqa: BLE001  (the runtime's own error: said with the step it stopped at)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RunError(f"generation step {i} (past {past_len}): {first}"[:600]) from e
         out.step_ms.append((time.perf_counter() - t0) * 1e3)
         if LOGITS not in res:
             raise BadInput(f"the decoder has no '{LOGITS}' output (outputs: {', '.join(res)})")

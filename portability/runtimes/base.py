@@ -184,6 +184,17 @@ class Runtime(ABC):
         browser page, an emulator)."""
         return [self.infer(b) for b in batches]
 
+    #: where ``decode``'s loop runs, for the report: "worker" (one ``infer`` a step), "page" (in a browser page)
+    decodes_in: ClassVar[str] = "worker"
+
+    def decode(self, layout, inputs, prompt: list[int], steps: int, teacher: list[int] | None = None):
+        """Greedy decoding with the key/value cache (``check --generate``; ``core.generate.Decoded``): by default
+        one ``infer`` a step, the cache round-tripping through this process. Override to keep the loop and the
+        cache on the platform (a browser page's tensors)."""
+        from portability.core.generate import decode
+
+        return decode(self.infer, layout, inputs, prompt, steps, teacher)
+
     def warm_up(self, feeds: dict[str, np.ndarray], warmup: int) -> None:
         """Warm up before the target's turn to time, while other targets work (``time`` may then warm up
         less). Override where warming takes long (a browser page's JIT); the default does nothing."""

@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+import numpy as np
+
 from portability.core.artifact import Artifact
-from portability.core.errors import TargetError, Unavailable
+from portability.core.errors import RunError, TargetError, Unavailable
 from portability.runtimes.ort import OrtCpu
 from portability.runtimes.web import WebRuntime
 
@@ -146,6 +148,28 @@ class OrtWeb(WebRuntime):
         if self.placement_nodes and len(self.placement_nodes) > 1:  # a partial fallback: which nodes ran where
             d["node_placement_nodes"] = self.placement_nodes
         return d
+
+    decodes_in = "page"
+
+    def decode(self, layout, inputs, prompt: list[int], steps: int, teacher: list[int] | None = None):
+        """Greedy decoding in the page (``harness/ort.mjs``'s ``generate``): the cache stays in onnxruntime-web's
+        own tensors from step to step; only each step's token, last-position logits and time come back."""
+        from portability.core.generate import Decoded
+        from portability.core.decoder import PAST_AXIS
+
+        specs = {s.name: s for s in inputs}
+        names = {"ids": layout.ids, "mask": layout.mask, "positions": layout.positions,
+                 "cacheBranch": layout.cache_branch, "past": list(layout.past)}
+        dims = {p: [specs[p].shape[1], specs[p].shape[PAST_AXIS + 1]] for p in layout.past}
+        if any(not isinstance(d, int) for pair in dims.values() for d in pair):
+            raise RunError("--generate: the past's heads or head size are dynamic: fix them with --shape")
+        spec = {"prompt": [int(t) for t in prompt], "steps": int(steps), "teacher": [int(t) for t in teacher] if teacher else None,
+                "names": names, "pastDims": dims,
+                "int64": [n for n in (layout.ids, layout.mask, layout.positions) if n and specs[n].dtype == "int64"]}
+        res = self._call("s => harness.generate(s)", spec)
+        self._info = res.get("info") or self._info
+        return Decoded(tokens=[int(t) for t in res["tokens"]], logits=[np.asarray(x, np.float64) for x in res["logits"]],
+                       step_ms=[float(x) for x in res["stepMs"]])
 
     def op_error(self, message: str, cls: type[TargetError]) -> TargetError:
         if re.search(r"no available backend found|Failed to get GPU adapter|WebGPU is not supported|"

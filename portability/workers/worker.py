@@ -141,7 +141,6 @@ def _generate(job: Job, runtime, events: _Events, p: _Progress) -> None:
     at fixed shapes) is the target's run error, naming the step."""
     from portability.core.decoder import layout_of
     from portability.core.errors import RunError
-    from portability.core.generate import decode
     from portability.core.model import TensorSpec
 
     spec = job.generate
@@ -152,38 +151,15 @@ def _generate(job: Job, runtime, events: _Events, p: _Progress) -> None:
         raise RunError("--generate: the model is not a causal language model's decoder (input_ids with past "
                        "key/value inputs or present outputs, in Optimum's layout)")
     events.phase(Phase.INFER, generate=spec["steps"])
-    step = _stepper(runtime)
-    free = decode(step, lay, ins, list(spec["prompt"]), int(spec["steps"]))
+    free = runtime.decode(lay, ins, list(spec["prompt"]), int(spec["steps"]))
     arrays = {"tokens": np.asarray(free.tokens, np.int64), "logits": np.stack(free.logits)}
     teacher = spec.get("teacher")
     if teacher:
-        forced = decode(step, lay, ins, list(spec["prompt"]), len(teacher), teacher=list(teacher))
+        forced = runtime.decode(lay, ins, list(spec["prompt"]), len(teacher), teacher=list(teacher))
         arrays.update(forced_tokens=np.asarray(forced.tokens, np.int64), forced_logits=np.stack(forced.logits))
     np.savez(Path(job.outputs).with_name("generation.npz"), **arrays)
-    p.details["generation"] = {"loop": "worker", "steps": len(free.tokens), "ttft_ms": _r(free.ttft_ms),
+    p.details["generation"] = {"loop": runtime.decodes_in, "steps": len(free.tokens), "ttft_ms": _r(free.ttft_ms),
                                "tokens_per_s": _r(free.tokens_per_s), "step_ms": [_r(x) for x in free.step_ms]}
-
-
-def _stepper(runtime):
-    """One decoding step on ``runtime``: its inference, a refusal named with the step it happened at."""
-    from portability.core.errors import RunError
-
-    n = [0]
-
-    def step(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        n[0] += 1
-        try:
-            return runtime.infer(feeds)
-        except Exception as e:  # noqa: BLE001  (a runtime's own error: the step says where it stopped)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise RunError(f"generation step {n[0] - 1} (past {feeds_past(feeds)}): {first}"[:600]) from e
-    return step
-
-
-def feeds_past(feeds: dict[str, np.ndarray]) -> int:
-    """The past length a step fed (0 at the prefill)."""
-    past = [v for k, v in feeds.items() if k.startswith("past_key_values")]
-    return int(past[0].shape[2]) if past and past[0].ndim == 4 else 0
 
 
 def _r(x: float | None) -> float | None:

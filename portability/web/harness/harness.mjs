@@ -196,6 +196,14 @@ async function time(spec) {
   });
 }
 
+// Greedy decoding with the cache, the loop in the page (an engine that has one: its ``generate``).
+async function generate(spec) {
+  return guard('run', async () => {
+    if (!engine.generate) throw new Error('this engine has no generation loop in the page');
+    return {...await engine.generate(spec), info: engine.info()};
+  });
+}
+
 async function close() {
   return guard('close', async () => {
     if (engine && engine.close) await engine.close();
@@ -205,4 +213,4 @@ async function close() {
   });
 }
 
-window.harness = {setup, start, load, claim, park, state, infer, inferMany, warm, time, close, isolated: () => self.crossOriginIsolated === true};
+window.harness = {setup, start, load, claim, park, state, infer, inferMany, warm, time, generate, close, isolated: () => self.crossOriginIsolated === true};

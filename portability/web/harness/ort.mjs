@@ -87,6 +87,52 @@ export async function create(cfg) {
     release(feeds) {
       for (const t of Object.values(feeds)) if (t.dispose) t.dispose();
     },
+    // Greedy decoding in the page: prefill with the prompt, then one token a step, the cache kept in the
+    // engine's own tensors (the step's present.* fed back as past_key_values.*) — never back to Python.
+    // spec: {prompt, steps, teacher (or null), names: {ids, mask, positions, cacheBranch, past: [...]},
+    // pastDims: {name: [heads, headDim]}, int64: [names fed as int64]}. Returns each step's token, its
+    // last-position logits and its milliseconds.
+    async generate(spec) {
+      const n = spec.names;
+      const int = (name, values, dims) => (spec.int64.includes(name)
+        ? new ort.Tensor('int64', BigInt64Array.from(values.map(BigInt)), dims)
+        : new ort.Tensor('int32', Int32Array.from(values), dims));
+      let past = {};
+      for (const name of n.past) {
+        const [heads, dim] = spec.pastDims[name];
+        past[name] = new ort.Tensor('float32', new Float32Array(0), [1, heads, 0, dim]);
+      }
+      const seq = spec.prompt.slice();
+      let fed = spec.prompt.slice();
+      const tokens = [], logits = [], stepMs = [];
+      for (let i = 0; i < spec.steps; i++) {
+        const pastLen = n.past.length ? seq.length - fed.length : 0;
+        if (!n.past.length) fed = seq.slice();
+        const feeds = {[n.ids]: int(n.ids, fed, [1, fed.length])};
+        if (n.mask) feeds[n.mask] = int(n.mask, new Array(pastLen + fed.length).fill(1), [1, pastLen + fed.length]);
+        if (n.positions) feeds[n.positions] = int(n.positions, fed.map((_, j) => pastLen + j), [1, fed.length]);
+        if (n.cacheBranch) feeds[n.cacheBranch] = new ort.Tensor('bool', new Uint8Array([pastLen > 0 ? 1 : 0]), [1]);
+        Object.assign(feeds, past);
+        const t0 = performance.now();
+        const res = await session.run(feeds, runOptions);
+        stepMs.push(performance.now() - t0);
+        const out = res.logits;
+        const vocab = out.dims[out.dims.length - 1];
+        const last = Array.from(out.data.subarray(out.data.length - vocab));
+        let tok = 0;
+        for (let v = 1; v < vocab; v++) if (last[v] > last[tok]) tok = v;
+        tokens.push(tok);
+        logits.push(last);
+        const next = spec.teacher && i < spec.teacher.length ? spec.teacher[i] : tok;
+        seq.push(next);
+        fed = [next];
+        const kept = {};
+        for (const name of n.past) kept[name] = res[name.replace('past_key_values', 'present')];
+        for (const [name, t] of Object.entries(res)) if (!Object.values(kept).includes(t) && t.dispose) t.dispose();
+        past = kept;
+      }
+      return {tokens, logits, stepMs};
+    },
     async close() {
       if (session) await session.release();
       session = null;
