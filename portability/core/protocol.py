@@ -109,6 +109,8 @@ class Job:
     #: ``--generate``: ``{"steps": N, "prompt": [ids], "teacher": [the reference's tokens] or None}``; the worker
     #: decodes after the single pass and writes ``generation.npz`` beside its outputs (empty: no generation)
     generate: dict = field(default_factory=dict)
+    #: ``--time-emulated``: time a target whose speed is no device's (a software adapter's, an emulator's) too
+    time_emulated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -188,7 +188,8 @@ class Dispatch:
                    extra_feeds=str(rob.file) if rob and rob.set.groups else "",
                    extra_clean=rob.set.batches if rob else 0,
                    run_timeout_s=self.limits(target).run_timeout_s, strict_backend=o.strict_backend,
-                   pool=self._runtime(target).pool, generate=self._generation(target))
+                   pool=self._runtime(target).pool, generate=self._generation(target),
+                   time_emulated=getattr(o, "time_emulated", False))
 
     def _generation(self, target: Target) -> dict:
         """``--generate``'s work for ``target``: the steps and prompt, and for a target other than the reference

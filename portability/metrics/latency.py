@@ -19,6 +19,9 @@ REGRESSION_KINDS = ("latency",)
 
 
 def compute(ev) -> tuple[dict, list[str]]:
+    skipped = (ev.worker.latency or {}).get("skipped")
+    if skipped:  # its speed is no device's (``--time-emulated`` times it): missing, not slow
+        return {"latency_ms": None, "latency_skipped": skipped}, []
     lat = summarize(ev.worker.latency)
     out: dict = {"latency_ms": lat}
     if lat and ev.worker.emulated:
@@ -41,6 +44,8 @@ def regressions(before, after, tol) -> list[Moved]:
 
 
 def _p50(t, medium: str) -> str:
+    if (t.metrics or {}).get("latency_skipped") and medium == "terminal":
+        return "– " + {"emulated": "emu", "software adapter": "sw"}.get(t.metrics["latency_skipped"], "")
     lat = (t.metrics or {}).get("latency_ms") or {}
     return fmt(lat.get("p50"), ".3f", medium) + ((" emu" if medium == "terminal" else " (emulated)") if lat.get("emulated") else "")
 
@@ -257,7 +262,10 @@ def samples_note(details: dict | None) -> tuple[str, ...]:
 
 def timing_note(m: dict) -> tuple[str, ...]:
     """What a target timed within its budget with fewer runs than asked says (nothing where its median was
-    stable before the budget mattered)."""
+    stable before the budget mattered), or one not timed at all because its speed is no device's."""
+    if m.get("latency_skipped"):
+        return (f"not timed: its speed is {'an emulator' if m['latency_skipped'] == 'emulated' else 'a software GPU adapter'}'s, "
+                "no device's (--time-emulated times it)",)
     lat = m.get("latency_ms") or {}
     if not lat.get("runs_asked") or lat.get("stopped") == "stable":
         return ()

@@ -86,6 +86,8 @@ class CheckOptions:
     #: the feeds file the converters calibrate on instead of the check's own feeds (a grid's further shapes: the
     #: first's, so that the artifacts they run are the ones converted at the first shape)
     calibration_feeds: str | None = None
+    #: time targets whose speed is no device's too (a software GPU adapter, an emulator): not by default
+    time_emulated: bool = False
     #: greedy decoding of this many tokens on every target after the single pass (0: none): a decoder's
     #: tokens compared step by step with the reference's (``core/generate.py``, ``metrics/generation.py``)
     generate: int = 0
@@ -253,6 +255,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("seed", int, 0, "Seed of synthesized inputs (default {default}).", INPUTS, parse=_number(int), commands=_LOCAL),
     Setting("input_range", str, (0.0, 1.0), "LOW,HIGH of synthesized float inputs (default {default}).", INPUTS,
             into="value_range", parse=_range, file=(str, list), commands=_LOCAL),
+    Setting("time_emulated", bool, False, "Also time targets whose speed is no device's: a software GPU adapter "
+            "(SwiftShader) or an emulator (qemu). By default they are converted, run and compared, not timed.",
+            RUNNING, parse=lambda v, s: bool(v), flag="--time-emulated/--no-time-emulated", commands=_AUDIT),
     Setting("warmup", int, 10, "Untimed runs before timing (default {default}).", RUNNING, parse=_number(int), min=0),
     Setting("runs", int, 50, "Timed runs for latency percentiles (default {default}; 0 skips timing).", RUNNING,
             parse=_number(int), min=0, commands=_AUDIT),
