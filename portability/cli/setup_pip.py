@@ -51,15 +51,22 @@ def gpu(dry_run: bool) -> int:
     if not cmds:
         typer.echo(f"gpu: ready ({have})")
         return 0
-    for cmd in cmds:
-        if dry_run:
-            typer.echo(f"would run: {' '.join(cmd)}")
-        elif not _run(cmd):
-            typer.echo(f"error: {' '.join(cmd[1:])} failed", err=True)
-            return 1
+    if not _perform(cmds, dry_run):
+        return 1
     if not dry_run:
         typer.echo(f"gpu: ready (onnxruntime-gpu {_version('onnxruntime-gpu')}, was {have})")
     return 0
+
+
+def _perform(cmds: list[list[str]], dry_run: bool, note=lambda cmd: "") -> bool:
+    """Run ``cmds`` in turn (``dry_run``: say each, with ``note(cmd)``); False at the first that fails."""
+    for cmd in cmds:
+        if dry_run:
+            typer.echo(f"would run: {' '.join(cmd)}{note(cmd)}")
+        elif not _run(cmd):
+            typer.echo(f"error: {' '.join(cmd[1:])} failed", err=True)
+            return False
+    return True
 
 
 #: PyTorch as the [torch] extra has it: the version requirements/torch.txt pins, from PyTorch's CPU index (PyPI's
@@ -96,13 +103,8 @@ def torch(dry_run: bool) -> int:
     if not cmds:
         typer.echo(f"torch: ready (torch {_version('torch')})")
         return 0
-    for cmd in cmds:
-        if dry_run:
-            size = f" ({TORCH_SIZE})" if any(a.startswith("torch==") for a in cmd) else ""
-            typer.echo(f"would run: {' '.join(cmd)}{size}")
-        elif not _run(cmd):
-            typer.echo(f"error: {' '.join(cmd[3:])} failed", err=True)
-            return 1
+    if not _perform(cmds, dry_run, lambda cmd: f" ({TORCH_SIZE})" if any(a.startswith("torch==") for a in cmd) else ""):
+        return 1
     if not dry_run:
         typer.echo(f"torch: ready (torch {_version('torch')})")
     return 0
