@@ -33,6 +33,7 @@ import numpy as np
 
 from portability.core.errors import UsageError
 from portability.core.status import COMPARED, ERRORS as _ERRORS, Status
+from portability.core.target import load_class
 from portability.explain.probe import Probe, tensor_drift
 from portability.explain.cuts import Graph
 
@@ -240,8 +241,9 @@ def _localize(model_path: Path, target: str, runtime: str, base, out_dir: Path, 
         if mode == "error":
             doc["first_divergence"]["error"] = first.error
         doc["reproducer"] = _reproducer(loc, g, first.index, out_dir, check, mode, say)
-        if runtime.endswith("litert:LiteRt") and mode != "error":
-            doc["kernels_ab"] = _kernels_ab(loc, g, first, mode, say)
+        swap = load_class(runtime).reference_kernels
+        if swap and mode != "error":
+            doc["kernels_ab"] = _kernels_ab(loc, g, first, mode, say, swap)
         doc["conversions"] = loc.conversions
     return doc
 
@@ -272,11 +274,12 @@ def _first(g: Graph, first: Probe, curve: list[Probe], placement: dict | None) -
     return out
 
 
-def _kernels_ab(loc: Localizer, g: Graph, first: Probe, mode: str, say: Callable[[str], None]) -> dict:
-    """LiteRT's default kernels (XNNPACK) against its reference kernels on the cut at the first diverging
-    node: which of the two computes that node differently."""
-    say("the first diverging node's cut on LiteRT's reference kernels")
-    ref = loc.probe(first.index, list(first.tensors), f"ref{first.index}", runtime={"kernels": "reference"})
+def _kernels_ab(loc: Localizer, g: Graph, first: Probe, mode: str, say: Callable[[str], None], swap: dict) -> dict:
+    """The runtime's default kernels (LiteRT's XNNPACK) against its reference kernels (the runtime options
+    ``swap``: ``Runtime.reference_kernels``) on the cut at the first diverging node: which of the two computes
+    that node differently."""
+    say("the first diverging node's cut on the runtime's reference kernels")
+    ref = loc.probe(first.index, list(first.tensors), f"ref{first.index}", runtime=dict(swap))
     own = g.floats(first.index)
     worst = lambda p: max((p.tensors[o].get("max_abs") or 0.0 for o in own if o in p.tensors), default=None)  # noqa: E731
     bad_ref = failing(Probe(ref.index, ref.status, ref.error, {o: ref.tensors[o] for o in own if o in ref.tensors}), mode)

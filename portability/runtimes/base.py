@@ -74,6 +74,9 @@ class Runtime(ABC):
     #: the documented alternatives ``fix`` retries a failing target of it under, in order (``explain.fix``):
     #: each ``{"name", "options"}`` (runtime options, among those it reads: ``OPTIONS``)
     fixes: ClassVar[tuple[dict[str, Any], ...]] = ()
+    #: the runtime option that swaps its default kernels for its reference ones (``{"kernels": "reference"}``),
+    #: for ``localize``'s A/B at the first diverging node; empty where it has no such switch
+    reference_kernels: ClassVar[dict[str, Any]] = {}
 
     #: the shared services it may use: name -> (provider "module:Class", the flavour its lease asks for);
     #: ``service(options)`` names the one a target uses, and the check starts it through this provider

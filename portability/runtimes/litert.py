@@ -206,6 +206,7 @@ class LiteRt(TfliteMapped, Runtime):
     input_format = "tflite"
     uses = ("ai-edge-litert",)
     OPTIONS = frozenset({"kernels", "threads"})
+    reference_kernels = {"kernels": "reference"}
 
     @classmethod
     def availability(cls) -> Availability:
