@@ -451,9 +451,12 @@ def test_the_wheel_builds_without_deprecation_warnings(tmp_path):
 
 @pytest.mark.slow
 def test_the_wheel_alone_in_a_fresh_venv(tmp_path):
-    """From an empty folder, a fresh HOME and no PYTHONPATH, the installed wheel (and only its declared
-    dependencies, at the project's pins) answers --help and --version, lists its targets with hints that name
-    commands that exist, and checks the fixture LeNet on the server targets ONNX Runtime gives (exit 0)."""
+    """From an empty folder, a fresh HOME (so a fresh cache) and runtime folder and no PYTHONPATH, the installed
+    wheel (and only its declared dependencies, at the project's pins) answers --help and --version, lists its
+    targets with hints that name commands that exist, and checks the fixture LeNet on the server targets ONNX
+    Runtime gives (exit 0); then ``portability setup web`` (npm ci of the packaged lock into the fresh cache; npm's
+    download cache is this user's, so a second run downloads nothing) and the check on web/ort-wasm passes in the
+    system's Chromium, under the sandbox and through a resident session of the venv's own (stopped at the end)."""
     wheel, _ = _build_wheel(tmp_path)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -464,10 +467,10 @@ def test_the_wheel_alone_in_a_fresh_venv(tmp_path):
                                        p.stderr, re.I):
         pytest.skip(f"the package index is not reachable: {p.stderr.strip().splitlines()[-1]}")
     assert p.returncode == 0, p.stderr[-3000:]
-    home, empty = tmp_path / "home", tmp_path / "empty"
-    home.mkdir(), empty.mkdir()
+    home, empty, run = tmp_path / "home", tmp_path / "empty", tmp_path / "run"
+    home.mkdir(), empty.mkdir(), run.mkdir(mode=0o700)
     env = {"PATH": f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(home), "LANG": "C.UTF-8",
-           "COLUMNS": "250"}
+           "XDG_RUNTIME_DIR": str(run), "COLUMNS": "250"}
 
     def cli(*args: str, exe: list[str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([*(exe or [str(venv / "bin" / "portability")]), *args], capture_output=True, text=True,
@@ -487,6 +490,28 @@ def test_the_wheel_alone_in_a_fresh_venv(tmp_path):
     assert p.returncode == 0 and hint_problems(p.stdout) == [], p.stdout
     p = cli("setup", "web", "--dry-run")
     assert p.returncode == 0 and str(home / ".cache" / "portability" / "web-modules") in p.stdout, p.stdout + p.stderr
-    p = cli("check", str(FIXTURES / "lenet.onnx"), "-t", "server")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "passed" in p.stderr.splitlines()[-1]
+    try:
+        p = cli("check", str(FIXTURES / "lenet.onnx"), "-t", "server")
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "passed" in p.stderr.splitlines()[-1]
+
+        # the web stage: needs npm, Chromium and the npm registry (or this user's npm cache)
+        if not (shutil.which("npm") and os.access("/usr/bin/chromium", os.X_OK)):
+            pytest.skip("the web stage needs npm and /usr/bin/chromium")
+        env["npm_config_cache"] = os.environ.get("npm_config_cache", str(Path.home() / ".npm"))
+        env["npm_config_update_notifier"] = "false"
+        p = cli("setup", "web")
+        if p.returncode != 0 and re.search(r"ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|network", p.stderr, re.I):
+            pytest.skip(f"the npm registry is not reachable: {p.stderr.strip().splitlines()[-1]}")
+        modules = home / ".cache" / "portability" / "web-modules"
+        assert p.returncode == 0 and f"npm packages: installed in {modules}" in p.stdout, p.stdout + p.stderr
+        assert "Chromium: /usr/bin/chromium" in p.stdout, p.stdout
+        p = cli("setup", "web")
+        assert p.returncode == 0 and f"npm packages: ready in {modules}" in p.stdout, p.stdout + p.stderr
+        rows = {r["id"]: r for r in json.loads(cli("targets", "--json").stdout)}
+        assert rows["web/ort-wasm"]["available"], rows["web/ort-wasm"]
+        p = cli("check", str(FIXTURES / "lenet.onnx"), "-t", "web/ort-wasm")
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert re.search(r"pass\s+web/ort-wasm", p.stderr) and "passed" in p.stderr.splitlines()[-1], p.stderr
+    finally:
+        cli("serve", "--stop")
