@@ -241,8 +241,7 @@ def _localize(model_path: Path, target: str, runtime: str, base, out_dir: Path, 
         if mode == "error":
             doc["first_divergence"]["error"] = first.error
         doc["reproducer"] = _reproducer(loc, g, first.index, out_dir, check, mode, say)
-        swap = load_class(runtime).reference_kernels
-        if swap and mode != "error":
+        if (swap := load_class(runtime).reference_kernels) and mode != "error":
             doc["kernels_ab"] = _kernels_ab(loc, g, first, mode, say, swap)
         doc["conversions"] = loc.conversions
     return doc
