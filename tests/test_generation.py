@@ -54,13 +54,17 @@ def test_the_references_tokens_are_those_of_an_independent_greedy_loop(tmp_path)
 def test_a_divergence_is_named_with_its_step_and_the_references_margin(tmp_path):
     """q4 weights drift enough to change tokens: the first divergent step, the margin there, the tokens."""
     path = decoder(tmp_path / "decoder_with_past_model.onnx")
-    report = check_json(tmp_path, path, "-t", "server/ort-q4", "--generate", "16", *ARGS, "--prompt-ids", "7,7,7,7")
+    report = check_json(tmp_path, path, "-t", "server/ort-q4", "--generate", "16", *ARGS, "--prompt-ids", "7,7,7,7",
+                        "--html", str(tmp_path / "r.html"))
     q = by_id(report)["server/ort-q4"]
     g = q["metrics"]["generation"]
     k = g["first_divergence"]
     assert k is not None and g["matched"] == k and g["tokens"][:k] == g["reference_tokens"][:k]
     assert g["tokens"][k] != g["reference_tokens"][k] and g["margin"] > 0
     assert q["status"] == "drift" and any(f"generation diverges at step {k}" in b for b in q["breaches"])
+    html = (tmp_path / "r.html").read_text()  # the HTML report's section: its bar and the divergent token marked
+    assert "<h2>Generation</h2>" in html and f"{k}/16" in html
+    assert f'<b style="color:#c62828">{g["tokens"][k]}</b>' in html
 
 
 def test_generate_on_a_model_that_is_not_a_decoder_is_a_usage_error():

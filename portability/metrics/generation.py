@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from portability.metrics.base import Column, Moved
+from portability.metrics.base import Column, Moved, Section
 
 FIELDS: dict = {}
 THRESHOLDS: dict = {}
@@ -110,3 +110,41 @@ def _cell(t, medium: str) -> str:
 
 
 COLUMNS = (Column("tokens", _cell, shown=lambda r: any((t.metrics or {}).get("generation") for t in r.targets)),)
+
+
+def _bar(matched: int, n: int) -> str:
+    """A tokens-matched bar: the share of the reference's tokens matched before the first divergence."""
+    share = matched / n if n else 1.0
+    colour = "#43a047" if share == 1 else "#fb8c00"
+    return (f'<span style="display:inline-block;width:8em;height:0.8em;background:#e0e0e0;vertical-align:middle">'
+            f'<span style="display:block;height:100%;width:{share:.0%};background:{colour}"></span></span> {matched}/{n}')
+
+
+def _tokens(ids: list[int], at: int | None, page) -> str:
+    """Token ids, the first divergent one marked."""
+    return " ".join(f'<b style="color:#c62828">{page.e(str(t))}</b>' if i == at else page.e(str(t)) for i, t in enumerate(ids))
+
+
+def _section(report, page) -> str:
+    rows = []
+    for t in report.targets:
+        g = (t.metrics or {}).get("generation")
+        if not g:
+            continue
+        n, k = len(g.get("reference_tokens") or []), g.get("first_divergence")
+        tf = g.get("teacher_forced") or {}
+        rows.append([page.e(t.id), _bar(g.get("matched", 0), n) + (" (tie)" if g.get("tie") else ""),
+                     "–" if k is None else str(k), page.num(g.get("margin"), ".3g"), page.num(tf.get("max_abs"), ".3g"),
+                     page.num(tf.get("cosine"), ".6f"), page.num(g.get("ttft_ms"), ".2f"), page.num(g.get("tokens_per_s"), ".1f"),
+                     _tokens(g.get("tokens") or [], k, page)])
+    if not rows:
+        return ""
+    ref = next(((t.metrics or {}).get("generation") or {}).get("reference_tokens") for t in report.targets
+               if (t.metrics or {}).get("generation"))
+    head = f"<p class=meta>The reference's tokens: {page.e(' '.join(map(str, ref or [])))}.</p>"
+    return head + page.table(["target", "tokens matched", "first divergence", "margin there", "teacher-forced max |Δ|",
+                              "teacher-forced cosine", "first token ms", "tokens/s", "tokens (the first divergent marked)"],
+                             rows, numeric_from=2)
+
+
+SECTIONS = (Section("Generation", _section),)
