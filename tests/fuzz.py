@@ -251,6 +251,25 @@ def _judge(exc: BaseException | None) -> str | None:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+def _warm(fmt: Format, work: Path) -> None:
+    """The reader once on its unmutated seed, untimed: what it imports on first use (PyTorch: seconds on a busy
+    machine) is imported before any case's time limit runs, never cut halfway by it (a module left half
+    imported would fail every later case, and every later test of the process)."""
+    warm = work / "warm"
+    if fmt.seed.is_dir():
+        shutil.copytree(fmt.seed, warm)
+        target = warm if fmt.member == "saved_model.pb" else warm / fmt.member
+    else:
+        warm.mkdir()
+        target = warm / fmt.seed.name
+        shutil.copyfile(fmt.seed, target)
+    try:
+        fmt.read(target)
+    except Exception:  # noqa: BLE001 - only its imports matter here
+        pass
+    shutil.rmtree(warm, ignore_errors=True)
+
+
 def run_format(name: str, cases: int, seed: int = 0) -> Outcome:
     fmt = FORMATS[name]
     if callable(fmt.seed):
@@ -268,6 +287,7 @@ def run_format(name: str, cases: int, seed: int = 0) -> Outcome:
         if fmt.in_child:
             _run_in_children(name, cases, seed, work, out)
         else:
+            _warm(fmt, work)
             old = signal.signal(signal.SIGALRM, _alarm)
             try:
                 for n in range(cases):
