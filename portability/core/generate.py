@@ -56,7 +56,7 @@ def _empty_past(spec: TensorSpec, batch: int) -> np.ndarray:
     if not all(isinstance(d, int) for i, d in enumerate(dims) if i not in (0, PAST_AXIS)):
         raise BadInput(f"input '{spec.name}' has dynamic heads or head size {dims}: fix them with --shape to generate")
     dims[0], dims[PAST_AXIS] = batch, 0
-    return np.zeros(dims, np.float32 if spec.dtype in ("float32", "float") else np.dtype(spec.dtype))
+    return np.zeros(dims, _dtype(spec))
 
 
 def _dtype(spec: TensorSpec) -> np.dtype:

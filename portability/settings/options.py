@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from portability.core.errors import UsageError
-from portability.core.generate import prompt_ids
 from portability.core.limits import Limits
 from portability.settings.setting import INPUTS, RUNNING, THRESHOLDS, WHAT, Setting
 
@@ -159,6 +158,12 @@ def _versions(v: Any, s: Setting) -> dict:
     return parse([v] if isinstance(v, str) else list(v or []))
 
 
+def _prompt(v: Any, s: Setting) -> tuple[int, ...]:
+    from portability.core.generate import prompt_ids  # numpy and the decoder's reading: not at --help
+
+    return prompt_ids(v, s.option)
+
+
 def _sandbox(v: Any, s: Setting) -> str:
     from portability.core.sandbox import MODES, default_mode
 
@@ -230,7 +235,7 @@ SETTINGS: tuple[Setting, ...] = (
             "reference, the first divergent step, the logits' drift under teacher forcing, time to first token and "
             "tokens/s.", WHAT, parse=_number(int), min=0, commands=("check",)),
     Setting("prompt_ids", str, None, "The prompt of --generate as token ids, comma-separated (default: four seeded "
-            "ids of the model's vocabulary).", WHAT, parse=lambda v, s: prompt_ids(v, s.option), commands=("check",), file=(str, list)),
+            "ids of the model's vocabulary).", WHAT, parse=_prompt, commands=("check",), file=(str, list)),
     Setting("localize", Path, None, "After the check, localize every target that drifts (as `portability localize` "
             "does: its first diverging node, the drift curve and a reproducer, in details.localize); the reproducers "
             "go to this folder. ONNX models only.", WHAT, parse=_path, path=True, file=(str,)),
