@@ -30,6 +30,16 @@ def stop_group(proc) -> None:
         pass
 
 
+def close_all(providers, logger: logging.Logger = log, what: str = "a shared service") -> None:
+    """Stop each of ``providers`` (``close()``): one that does not stop is logged, and must not keep the others
+    running."""
+    for p in providers:
+        try:
+            p.close()
+        except Exception as e:  # noqa: BLE001 - whatever it raises, the others stop
+            logger.warning("stopping %s: %s", what, e)
+
+
 class SharedProcesses:
     """The bookkeeping every provider shares: one running process per flavour (started on the first lease,
     thread-safe), counted leases, and retirement — ``release(unwell=True)`` sends later leases to a fresh

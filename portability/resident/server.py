@@ -81,13 +81,11 @@ class Resident:
             return p
 
     def close(self) -> None:
+        from portability.core.shared import close_all
+
         with self._lock:
             providers, self._providers = list(self._providers.values()), {}
-        for p in providers:
-            try:
-                p.close()
-            except Exception as e:  # one service that does not stop must not keep the others running
-                log.warning("stopping a service: %s", e)
+        close_all(providers, log, "a service")
 
     # --- requests --------------------------------------------------------------------------------------
     def status(self) -> dict:

@@ -31,19 +31,11 @@ class LiteRtJs(WebRuntime):
     packages: ClassVar[dict[str, str]] = {"@litertjs/core": "dist/index.js", "@litertjs/wasm-utils": "dist/index.js"}
     served = ("@litertjs/core/dist", "@litertjs/core/wasm", "@litertjs/wasm-utils/dist")
     input_format = "tflite"
-    backend_field = "accelerator"
+    backend_field = backend_option = "accelerator"
 
     @property
     def accelerator(self) -> str:
         return self.requested(self.options)
-
-    @classmethod
-    def requested(cls, options: dict[str, Any]) -> str:
-        return options.get("accelerator", "wasm")
-
-    @classmethod
-    def uses_webgpu(cls, options: dict[str, Any]) -> bool:
-        return cls.requested(options) == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         from portability.runtimes.litert import custom_ops, tflite_io

@@ -64,6 +64,7 @@ class OrtWeb(WebRuntime):
     OPTIONS = WebRuntime.OPTIONS | {"ep", "threads", "bundle", "graph_optimization", "device_type"}
     packages: ClassVar[dict[str, str]] = {"onnxruntime-web": "dist/ort.wasm.min.mjs"}
     uses = ("onnxruntime-web", "playwright")
+    backend_option = "ep"
     fixes = OrtCpu.fixes  # the same engine's optimizer, in the browser
     placement: dict[str, int] | None = None
     placement_nodes: dict[str, list[str]] | None = None
@@ -83,10 +84,6 @@ class OrtWeb(WebRuntime):
     @classmethod
     def requested(cls, options: dict[str, Any]) -> str:
         return _backend(options.get("ep", "wasm"), int(options.get("threads", 1)))
-
-    @classmethod
-    def uses_webgpu(cls, options: dict[str, Any]) -> bool:
-        return options.get("ep", "wasm") == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         self._output_quant = artifact.meta.get("output_quant")  # a QDQ model's outputs: their scales

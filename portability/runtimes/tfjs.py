@@ -39,19 +39,11 @@ class Tfjs(WebRuntime):
                                           "@tensorflow/tfjs-backend-webgpu": "dist/tf-backend-webgpu.min.js"}
     input_format = "tfjs"
     uses = ("@tensorflow/tfjs", "playwright")
-    backend_field = "backend"
+    backend_field = backend_option = "backend"
 
     @property
     def backend(self) -> str:
         return self.requested(self.options)
-
-    @classmethod
-    def requested(cls, options: dict[str, Any]) -> str:
-        return options.get("backend", "wasm")
-
-    @classmethod
-    def uses_webgpu(cls, options: dict[str, Any]) -> bool:
-        return cls.requested(options) == "webgpu"
 
     def page_config(self, artifact: Artifact) -> dict[str, Any]:
         io = artifact.meta.get("tfjs_io")

@@ -67,6 +67,8 @@ class WebRuntime(StaticPage, Runtime):
     engine: ClassVar[str]
     #: the field of the page's ``info`` naming the backend that ran, in ``requested``'s words (``accepts``)
     backend_field: ClassVar[str | None] = None
+    #: the option naming the backend asked for (default ``wasm``; ``webgpu`` needs the browser's WebGPU flavour)
+    backend_option: ClassVar[str | None] = None
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"isolated"})  # False: serve without cross-origin isolation
     packages: ClassVar[dict[str, str]] = {}
     served: ClassVar[tuple[str, ...]] = ()
@@ -118,12 +120,12 @@ class WebRuntime(StaticPage, Runtime):
 
     @classmethod
     def uses_webgpu(cls, options: dict[str, Any]) -> bool:
-        return False
+        return cls.backend_option is not None and options.get(cls.backend_option, "wasm") == "webgpu"
 
     @classmethod
     def requested(cls, options: dict[str, Any]) -> str | None:
-        """The backend these options ask for (``backend_requested``)."""
-        return None
+        """The backend these options ask for (``backend_requested``): ``backend_option``'s value."""
+        return options.get(cls.backend_option, "wasm") if cls.backend_option else None
 
     def backend_requested(self) -> str | None:
         return self.requested(self.options)

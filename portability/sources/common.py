@@ -1,5 +1,5 @@
 """What the source readers share: tensor specs from framework shapes, digests over a folder's files
-(refusing links that leave it), the framework's version."""
+(refusing links that leave it), the framework's version, the gradient adapters' common part."""
 from __future__ import annotations
 
 import os
@@ -52,3 +52,19 @@ def version(dist: str) -> str:
 
 def quiet_tf() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+class GradientAdapter:
+    """The gradient adapter of the adversarial crafting (``metrics.robustness.adversarial``): the source's own
+    framework computes class scores and the loss's gradient with respect to the inputs. Run in the
+    sandboxed crafting child only. A source module's ``Gradients`` says its ``framework`` and runs its model
+    (``forward``: the input tensors -> its output or outputs); ``scores`` and ``grads`` are its own."""
+
+    framework = ""
+
+    def forward(self, ts):
+        raise NotImplementedError
+
+    def _outs(self, ts) -> list:
+        y = self.forward(ts)
+        return list(y) if isinstance(y, (list, tuple)) else [y]

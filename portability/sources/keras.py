@@ -15,7 +15,7 @@ import numpy as np
 
 from portability.core.errors import BadModel
 from portability.core.model import ModelInfo
-from portability.sources.common import allowlists_on, digest, quiet_tf, spec, version
+from portability.sources.common import GradientAdapter, allowlists_on, digest, quiet_tf, spec, version
 
 #: its reader forks from the worker pool that imported TensorFlow (``sources._child``)
 POOL = "tensorflow"
@@ -137,10 +137,8 @@ def load(path) -> ModelInfo:
                      framework=version("keras"))
 
 
-class Gradients:
-    """The gradient adapter of the adversarial crafting (``metrics.robustness.adversarial``): the source's own
-    framework computes class scores and the loss's gradient with respect to the inputs. Run in the
-    sandboxed crafting child only."""
+class Gradients(GradientAdapter):
+    """Keras's gradient adapter (``GradientAdapter``): TensorFlow's tape on the model."""
 
     framework = "keras"
 
@@ -150,9 +148,8 @@ class Gradients:
         self.tf = tf
         self.model = open_model(Path(path))
 
-    def _outs(self, ts):
-        y = self.model(ts[0] if len(ts) == 1 else ts, training=False)
-        return list(y) if isinstance(y, (list, tuple)) else [y]
+    def forward(self, ts):
+        return self.model(ts[0] if len(ts) == 1 else ts, training=False)
 
     def scores(self, xs, out_idx):
         return [np.asarray(y) for y in self._outs([self.tf.convert_to_tensor(x) for x in xs])]

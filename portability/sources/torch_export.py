@@ -24,7 +24,7 @@ import numpy as np
 
 from portability.core.errors import BadModel
 from portability.core.model import ModelInfo
-from portability.sources.common import allowlists_on, digest, spec, version
+from portability.sources.common import GradientAdapter, allowlists_on, digest, spec, version
 from portability.sources.pt2_program import _CONTROL, _name, vet_program
 
 FORMAT = "torch"
@@ -360,10 +360,8 @@ def load(path) -> ModelInfo:
                      inputs=tuple(inputs), outputs=tuple(outputs), format=FORMAT, framework=version("torch"))
 
 
-class Gradients:
-    """The gradient adapter of the adversarial crafting (``metrics.robustness.adversarial``): the source's own
-    framework computes class scores and the loss's gradient with respect to the inputs. Run in the
-    sandboxed crafting child only."""
+class Gradients(GradientAdapter):
+    """PyTorch's gradient adapter (``GradientAdapter``): autograd on the program's module."""
 
     framework = "torch"
 
@@ -378,9 +376,8 @@ class Gradients:
             ys = self._outs([self.torch.from_numpy(np.ascontiguousarray(x)) for x in xs])
         return [y.detach().numpy() for y in ys]
 
-    def _outs(self, ts):
-        y = self.module(*ts)
-        return list(y) if isinstance(y, (list, tuple)) else [y]
+    def forward(self, ts):
+        return self.module(*ts)
 
     def grads(self, xs, y: np.ndarray, out_idx: int, probs: bool) -> list[np.ndarray | None]:
         torch = self.torch

@@ -39,10 +39,15 @@ def _plugins() -> None:
 
 
 def registry() -> dict[str, Target]:
+    _plugins()
+    return {**_own(), **_registered}
+
+
+def _own() -> dict[str, Target]:
+    """The package's own targets (its platform modules')."""
     from portability.targets import mobile, server, web
 
-    _plugins()
-    return {**{t.id: t for m in (server, web, mobile) for t in m.TARGETS}, **_registered}
+    return {t.id: t for m in (server, web, mobile) for t in m.TARGETS}
 
 
 def used_dists() -> tuple[str, ...]:
@@ -53,6 +58,25 @@ def used_dists() -> tuple[str, ...]:
 
     runtimes = dict.fromkeys(t.runtime for t in registry().values())
     return dists(load_class(c) for c in (*runtimes, *CONVERTERS))
+
+
+def npm_dirs() -> tuple[str, ...]:
+    """The npm folders the registered web targets' runtimes load (each browser runtime's own ``served_dirs``), in
+    registry order: what ``portability setup web`` must have installed and the kept pages' server serves. Each
+    runtime says its own (no list of engines here); a runtime module that fails to import adds none."""
+    try:
+        reg = registry()
+    except UsageError:  # a plugin this process cannot import (a worker's, a service's): the targets it has
+        reg = {**_own(), **_registered}
+    out: dict[str, None] = {}
+    for path in dict.fromkeys(t.runtime for t in reg.values() if t.platform == "web"):
+        try:
+            served = getattr(load_class(path), "served_dirs", None)
+        except (ImportError, AttributeError):
+            continue
+        if served is not None:
+            out.update(dict.fromkeys(served()))
+    return tuple(out)
 
 
 def availability(target: Target):

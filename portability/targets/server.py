@@ -1,7 +1,9 @@
 """Server targets: ONNX Runtime and the ONNX reference evaluator (on the ONNX model), TensorFlow on a
 SavedModel, Keras 3 and eager PyTorch (the references of Keras and torch.export sources)."""
-from portability.metrics.thresholds import BF16, DYNINT8, FP16, INT8, Q4
-from portability.targets.base import Target
+from portability.metrics.thresholds import BF16
+from portability.targets.base import Target, quantized
+
+ORT_CPU = "portability.runtimes.ort:OrtCpu"
 
 
 TARGETS = [
@@ -23,42 +25,17 @@ TARGETS = [
         description="ONNX Runtime, CPU, one intra-op thread (a phone's or a serverless function's share: "
         "the latency one core gives, and kernels that split work differently)",
     ),
-    Target(
-        id="server/ort-int8",
-        runtime="portability.runtimes.ort:OrtCpu",
-        variant={"quant": "dynint8"},
-        thresholds=DYNINT8,
-        gating=False,  # an int8 deployment is a choice: reported, failing the run only with --gate server/ort-int8
-        description="ONNX Runtime, CPU, on the model with ONNX Runtime's dynamic int8 quantization "
-        "(int8 weights, activations quantized per inference): an int8 ONNX deployment (a cross-check)",
-    ),
-    Target(
-        id="server/ort-qdq",
-        runtime="portability.runtimes.ort:OrtCpu",
-        variant={"quant": "qdq"},
-        thresholds=INT8,
-        gating=False,
-        description="ONNX Runtime, CPU, on the model with ONNX Runtime's static int8 quantization in the QDQ format, "
-        "calibrated on the check's inputs (int8 weights and activations; a cross-check)",
-    ),
-    Target(
-        id="server/ort-fp16",
-        runtime="portability.runtimes.ort:OrtCpu",
-        variant={"quant": "fp16"},
-        thresholds=FP16,
-        gating=False,
-        description="ONNX Runtime, CPU, on the model converted to float16 (float32 inputs and outputs kept; "
-        "a cross-check)",
-    ),
-    Target(
-        id="server/ort-q4",
-        runtime="portability.runtimes.ort:OrtCpu",
-        variant={"quant": "q4"},
-        thresholds=Q4,
-        gating=False,
-        description="ONNX Runtime, CPU, on the model with 4-bit weights (each MatMul with a constant weight as "
-        "MatMulNBits; what a q4 deployment ships; skipped for a model with no such MatMul; a cross-check)",
-    ),
+    quantized("server/ort-int8", ORT_CPU, "dynint8",
+              "ONNX Runtime, CPU, on the model with ONNX Runtime's dynamic int8 quantization "
+              "(int8 weights, activations quantized per inference): an int8 ONNX deployment (a cross-check)"),
+    quantized("server/ort-qdq", ORT_CPU, "qdq",
+              "ONNX Runtime, CPU, on the model with ONNX Runtime's static int8 quantization in the QDQ format, "
+              "calibrated on the check's inputs (int8 weights and activations; a cross-check)"),
+    quantized("server/ort-fp16", ORT_CPU, "fp16",
+              "ONNX Runtime, CPU, on the model converted to float16 (float32 inputs and outputs kept; a cross-check)"),
+    quantized("server/ort-q4", ORT_CPU, "q4",
+              "ONNX Runtime, CPU, on the model with 4-bit weights (each MatMul with a constant weight as "
+              "MatMulNBits; what a q4 deployment ships; skipped for a model with no such MatMul; a cross-check)"),
     Target(
         id="server/openvino",
         runtime="portability.runtimes.openvino:OpenVinoCpu",

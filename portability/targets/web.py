@@ -6,11 +6,12 @@ the single-file ONNX snapshot and TF.js / LiteRT.js run what onnx2tf makes of it
 graph model; fp32 ``.tflite``); from Keras or a SavedModel, TensorFlow's own converters make them.
 """
 
-from portability.metrics.thresholds import DYNINT8, FP16, INT8, Q4
-from portability.targets.base import Target
+from portability.targets.base import Target, quantized
 
 ORT_WEB = "portability.runtimes.ort_web:OrtWeb"
 TF_JS = "portability.runtimes.tfjs:Tfjs"
+#: the options of the quantized onnxruntime-web targets: wasm on one thread, or WebGPU
+WASM_1, WEBGPU = {"ep": "wasm", "threads": 1}, {"ep": "webgpu"}
 
 
 def _ort(id_: str, description: str, **options) -> Target:
@@ -30,33 +31,22 @@ TARGETS = [
     _ort("web/ort-webgpu", "onnxruntime-web, WebGPU (ort.webgpu bundle; SwiftShader without a GPU)", ep="webgpu"),
     _ort("web/ort-webnn", "onnxruntime-web, WebNN on the CPU device (ort.all bundle; nodes WebNN lacks fall back to "
          "wasm, reported as a partial fallback; skipped where the browser has no WebNN backend)", ep="webnn", device_type="cpu"),
-    Target(id="web/ort-wasm-int8", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "dynint8"},
-           thresholds=DYNINT8, gating=False,  # an int8 deployment is a choice: a cross-check unless --gate
-           description="onnxruntime-web, wasm, on ONNX Runtime's dynamic int8 quantization of the model "
-           "(what a q8 web deployment ships; a cross-check)"),
-    Target(id="web/ort-wasm-qdq", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "qdq"},
-           thresholds=INT8, gating=False,
-           description="onnxruntime-web, wasm, on ONNX Runtime's static int8 QDQ quantization of the model, "
-           "calibrated on the check's inputs (a cross-check)"),
-    Target(id="web/ort-wasm-fp16", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "fp16"},
-           thresholds=FP16, gating=False,
-           description="onnxruntime-web, wasm, on the float16 model (half the download; a cross-check)"),
-    Target(id="web/ort-webgpu-fp16", runtime=ORT_WEB, options={"ep": "webgpu"}, variant={"quant": "fp16"},
-           thresholds=FP16, gating=False,
-           description="onnxruntime-web, WebGPU, on the float16 model (what an fp16 WebGPU deployment ships; "
-           "SwiftShader without a GPU; a cross-check)"),
-    Target(id="web/ort-wasm-q4", runtime=ORT_WEB, options={"ep": "wasm", "threads": 1}, variant={"quant": "q4"},
-           thresholds=Q4, gating=False,
-           description="onnxruntime-web, wasm, on the model with 4-bit weights (MatMulNBits: what transformers.js "
-           "ships as q4; skipped for a model with no MatMul of constant weights; a cross-check)"),
-    Target(id="web/ort-webgpu-int8", runtime=ORT_WEB, options={"ep": "webgpu"}, variant={"quant": "dynint8"},
-           thresholds=DYNINT8, gating=False,
-           description="onnxruntime-web, WebGPU, on ONNX Runtime's dynamic int8 quantization of the model (what a q8 "
-           "WebGPU deployment ships; SwiftShader without a GPU; a cross-check)"),
-    Target(id="web/ort-webgpu-q4", runtime=ORT_WEB, options={"ep": "webgpu"}, variant={"quant": "q4"},
-           thresholds=Q4, gating=False,
-           description="onnxruntime-web, WebGPU, on the model with 4-bit weights (MatMulNBits, q4; SwiftShader "
-           "without a GPU; a cross-check)"),
+    quantized("web/ort-wasm-int8", ORT_WEB, "dynint8", "onnxruntime-web, wasm, on ONNX Runtime's dynamic int8 "
+              "quantization of the model (what a q8 web deployment ships; a cross-check)", options=WASM_1),
+    quantized("web/ort-wasm-qdq", ORT_WEB, "qdq", "onnxruntime-web, wasm, on ONNX Runtime's static int8 QDQ "
+              "quantization of the model, calibrated on the check's inputs (a cross-check)", options=WASM_1),
+    quantized("web/ort-wasm-fp16", ORT_WEB, "fp16", "onnxruntime-web, wasm, on the float16 model (half the download; "
+              "a cross-check)", options=WASM_1),
+    quantized("web/ort-webgpu-fp16", ORT_WEB, "fp16", "onnxruntime-web, WebGPU, on the float16 model (what an fp16 "
+              "WebGPU deployment ships; SwiftShader without a GPU; a cross-check)", options=WEBGPU),
+    quantized("web/ort-wasm-q4", ORT_WEB, "q4", "onnxruntime-web, wasm, on the model with 4-bit weights (MatMulNBits: "
+              "what transformers.js ships as q4; skipped for a model with no MatMul of constant weights; a cross-check)",
+              options=WASM_1),
+    quantized("web/ort-webgpu-int8", ORT_WEB, "dynint8", "onnxruntime-web, WebGPU, on ONNX Runtime's dynamic int8 "
+              "quantization of the model (what a q8 WebGPU deployment ships; SwiftShader without a GPU; a cross-check)",
+              options=WEBGPU),
+    quantized("web/ort-webgpu-q4", ORT_WEB, "q4", "onnxruntime-web, WebGPU, on the model with 4-bit weights "
+              "(MatMulNBits, q4; SwiftShader without a GPU; a cross-check)", options=WEBGPU),
     _tfjs("cpu", "TensorFlow.js 4.22 graph model, plain-JS cpu backend"),
     _tfjs("wasm", "TensorFlow.js graph model, wasm backend (1 thread)"),
     _tfjs("webgl", "TensorFlow.js graph model, WebGL backend"),

@@ -27,10 +27,20 @@ CHROMIUM_HINT = "apt-get install -y chromium, then: portability setup web"
 #: kept for callers that name it: the one command that installs the npm packages
 NPM_FIX = SETUP_HINT
 
-#: the npm folders the browser engines' pages load (onnxruntime-web, TF.js and its backends, LiteRT.js)
-ENGINE_DIRS = ("onnxruntime-web/dist", "@tensorflow/tfjs/dist", "@tensorflow/tfjs-backend-wasm/dist",
-               "@tensorflow/tfjs-backend-webgpu/dist", "@litertjs/core/dist", "@litertjs/core/wasm",
-               "@litertjs/wasm-utils/dist")
+
+def engine_dirs() -> tuple[str, ...]:
+    """The npm folders the browser engines' pages load: every registered web runtime's own
+    (``WebRuntime.served_dirs``), read from the targets registry when asked (``ENGINE_DIRS`` names the same)."""
+    from portability.targets import npm_dirs
+
+    return npm_dirs()
+
+
+def __getattr__(name: str):
+    """``ENGINE_DIRS``: computed when read (``engine_dirs``), never a list of engines written here."""
+    if name == "ENGINE_DIRS":
+        return engine_dirs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def lock_hash() -> str:

@@ -60,11 +60,11 @@ def modules_tag() -> str:
 
 
 def served_dirs() -> tuple[str, ...]:
-    """The npm folders the kept pages' server serves: every browser engine's (``WebRuntime.served_dirs``;
-    ``tests/test_kept_pages.py`` holds them to it)."""
-    from portability.web.paths import ENGINE_DIRS
+    """The npm folders the kept pages' server serves: every registered browser engine's own
+    (``WebRuntime.served_dirs``, gathered by ``web.paths.engine_dirs``)."""
+    from portability.web.paths import engine_dirs
 
-    return ENGINE_DIRS
+    return engine_dirs()
 
 
 def key(engine: str, cfg: dict[str, Any]) -> str:

@@ -120,13 +120,11 @@ class Services:
             provider.release(handle, unwell=unwell)
 
     def close(self) -> None:
+        from portability.core.shared import close_all
+
         with self._lock:
             providers, self._providers = list(self._providers.values()), {}
-        for p in providers:
-            try:
-                p.close()
-            except Exception as e:  # stopping one service must not keep the others running
-                log.warning("stopping a shared service: %s", e)
+        close_all(providers, log)
 
 
 def _reachable() -> bool:
