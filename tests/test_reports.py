@@ -256,7 +256,8 @@ def test_profiles_input_specs_and_thresholds_from_config(tmp_path):
     assert set(b) == {"server/ort-cpu", "server/ort-cpu-noopt"} and b["server/ort-cpu-noopt"]["metrics"]["latency_ms"]["runs"] == 2
     assert b["server/ort-cpu-noopt"]["thresholds"]["max_abs"] == 1e-3
     inputs = json.loads((tmp_path / "b.json").read_text())["inputs"]
-    assert inputs["source"] == "dataset" and inputs["samples"] == 50  # the profile's dataset, relative to the file
+    assert inputs["source"] == "dataset" and inputs["samples"] == 40  # the profile's dataset (relative to the file), less
+    # its last 10, held out to calibrate
     bad = run_cli("check", str(FIXTURES / "mlp.onnx"), *cfg, "--profile", "nightly")
     assert bad.returncode == 2 and "no profile 'nightly' (profiles: ci)" in bad.stderr
 

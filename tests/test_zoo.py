@@ -286,7 +286,7 @@ def test_the_export_is_a_source_portability_checks(fw, arch, targets, trained):
 
     out = trained(fw, arch)
     meta = json.loads((out / "meta.json").read_text())
-    r = portability.check(out / EXPORT[fw], targets, dataset=out / "eval.npz", runs=3)
+    r = portability.check(out / EXPORT[fw], targets, dataset=out / "eval.npz", runs=3, calibrate_on_eval=True)  # every sample
     assert r.model["format"] == fw
     assert [(t.id, t.status) for t in r.targets] == [(tid, "pass") for tid in targets.split(",")], \
         [(t.id, t.status, t.error) for t in r.targets]

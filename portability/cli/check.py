@@ -181,10 +181,11 @@ def _report(f: _Asked, report, base, tol, err, golden=None, missing=()) -> int:
 
     from portability.cli import outputs
     from portability.report.files import write_json, write_junit
+    from portability.report.calibration import is_warning
     from portability.report.table import explanations, render
 
     for note in report.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False)
+        err.print(f"[yellow]{'warning' if is_warning(note) else 'note'}:[/] {note}", highlight=False)
     out = Console()
     if not out.is_terminal:  # a log or a pipe: do not squeeze the table into 80 columns
         out = Console(width=160)

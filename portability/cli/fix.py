@@ -11,7 +11,7 @@ from portability.cli.options import JsonOpt, QuietOpt, takes_settings
 from portability.core.status import Status
 
 
-@takes_settings("localize")
+@takes_settings("fix")
 def fix(
     model: Path = typer.Argument(..., help="The model (any source format check reads).", show_default=False),
     target: str = typer.Option(..., "--target", "-t", help="The failing target id (mobile/tflite-fp32, server/tf...).", show_default=False),

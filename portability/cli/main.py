@@ -18,6 +18,7 @@ from portability.cli import doctor as doctor_cmd
 from portability.cli import fix as fix_cmd
 from portability.cli import history as history_cmd
 from portability.cli import localize as localize_cmd
+from portability.cli import quantize as quantize_cmd
 from portability.cli import serve as serve_cmd
 from portability.cli import setup as setup_cmd
 from portability.cli import audit as audit_cmd
@@ -44,6 +45,7 @@ app.command("study")(study_cmd.study)
 app.command("audit")(audit_cmd.audit)
 app.command("localize")(localize_cmd.localize)
 app.command("fix")(fix_cmd.fix)
+app.command("quantize-report")(quantize_cmd.quantize_report)
 app.command("serve")(serve_cmd.serve)
 app.command("bundle")(bundle_cmd.bundle)
 app.command("ingest")(bundle_cmd.ingest)

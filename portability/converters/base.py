@@ -23,7 +23,14 @@ class ConvertContext:
     """What a converter may need besides the source artifact.
 
     ``calibration``: representative inputs (ONNX input name -> array stacked over samples, ONNX layout),
-    with ``calibration_source`` saying where they came from ("dataset", "file" or "synthesized").
+    with ``calibration_source`` saying where they came from: "dataset" (samples of ``--dataset``, held out from
+    evaluation unless ``--calibrate-on-eval``), "file" (``--calibration``, or ``--inputs``) or "synthesized"
+    (the check's random inputs). A converter that calibrates (``uses_calibration``) says what it calibrated on
+    in its artifact's meta: ``meta["calibration"]`` (for people: the source, the samples used, the method, e.g.
+    "dataset (64 samples, MinMax)") and ``meta["calibration_source"]`` (one of the three words; "synthesized"
+    also where it made up samples itself), and may add ``meta["calibration_samples"]`` (int) and
+    ``meta["calibration_method"]`` ("MinMax", "Entropy", "Percentile"...); the report's ``details.calibration``
+    is made from them (``report/calibration.py``).
     ``timeout_s``: the conversion's time budget (the worker is killed past it).
     ``signature``: the source ONNX model's inputs and outputs (read once, by the isolated loader).
     ``input_shapes``: the static shapes the check resolved for inputs with dynamic dimensions (input
@@ -65,6 +72,9 @@ class Converter(ABC):
     #: applies only when there are some), ``"ops"`` (applies to a model with one of them, or of unknown ops)
     #: and ``"drift_only"`` (tried on a drift, not on a failure to convert or run)
     fixes: ClassVar[tuple[dict[str, Any], ...]] = ()
+    #: True when it reduces precision and takes the option ``float_nodes`` (ONNX node names kept in float):
+    #: ``fix`` then searches the smallest such set under which its target passes (``explain.rescue``)
+    keeps_float: ClassVar[bool] = False
     #: the raw tool's command line that converts as an alternative does (``{args}``: its ``args`` option)
     fix_command: ClassVar[str | None] = None
     #: the worker pool a worker that runs this conversion forks from (``Runtime.pool``): ``tensorflow`` for a
@@ -84,6 +94,12 @@ class Converter(ABC):
             if importlib.util.find_spec(mod) is None:
                 return Availability(False, f"Python package '{mod}' is not installed (needed by {cls.__name__})", hint)
         return Availability(True)
+
+    @classmethod
+    def quantizable_nodes(cls, graph) -> list[str]:
+        """The nodes of ``graph`` (an ONNX GraphProto) whose precision it reduces: ``float_nodes`` candidates,
+        in the graph's order (a converter that ``keeps_float`` says which)."""
+        return []
 
     @classmethod
     def shapes_used(cls, ctx: ConvertContext) -> dict[str, list[int]] | None:

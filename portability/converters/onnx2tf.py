@@ -4,7 +4,9 @@ onnx2tf runs **once** per model: ``SavedModelFromOnnx`` keeps its SavedModel and
 files in one cache entry; ``TfliteFromSavedModel`` then picks a float variant or quantizes (dynamic range)
 and ``Int8TfliteFromSavedModel`` quantizes fully with calibration data, both sub-second from the
 SavedModel — the same ``TFLiteConverter.from_saved_model`` path onnx2tf's own ``-oiqt`` takes. Targets use
-``tflite_chain(quant)``.
+``tflite_chain(quant)``. The full-integer variant keeps chosen ONNX nodes in float (``float_nodes``) by
+TensorFlow Lite's own selective quantization, its ops traced back to the ONNX nodes through the record of the
+layers onnx2tf made for each (``tflite_debug``).
 
 onnx2tf runs as a subprocess on a **copy** of the model (it rewrites its input in place), its ``onnxsim``
 passes served by one process (``onnx2tf_run``, which also describes the files it wrote), a seeded-noise
@@ -28,9 +30,11 @@ from portability.converters.onnx_snapshot import SNAPSHOT
 from portability.converters.onnx2tf_log import failure, meaningful_lines
 from portability.converters.base import ConvertContext, Converter, package_version, require, run_tool
 from portability.converters.tflite_builtins import UNFUSED, builtin_notes, for_tflite
-from portability.converters.calibration import batch_of, calibration_batches, converter_error_lines
+from portability.converters.calibration import converter_error_lines
 from portability.converters.shapes import fix_input_shapes, onnx2tf_args
 from portability.converters.tflite_layout import describe_float_files, describe_tflite, layout_notes
+from portability.converters.tflite_debug import LAYERS_FILE, calibration_meta, float_nodes_option, quantizable_nodes
+from portability.converters.tflite_debug import calibration as _calibration  # noqa: F401 (its former name here)
 from portability.core.artifact import Artifact
 from portability.core.availability import install
 from portability.core.model import read_signature
@@ -40,7 +44,6 @@ from portability.core.errors import ConvertError
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 QUANTS = ("fp32", "fp16", "dynint8", "int8")
 _FLOAT_FILES = {"fp32": "float32", "fp16": "float16"}
-_CAL_MAX_SAMPLES = 100
 
 
 def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -53,7 +56,7 @@ def tflite_chain(quant: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 
 def _versions() -> str:
-    return f"11+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
+    return f"12+onnx2tf{package_version('onnx2tf')}+tf{package_version('tensorflow-cpu') if package_version('tensorflow-cpu') != 'absent' else package_version('tensorflow')}"
 
 
 #: checked in this order: the extra first (then the setup command still to run), then what `portability setup
@@ -106,7 +109,7 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None, inpu
     could not). Raises ConvertError with the meaningful lines (and failing op) on failure."""
     import json
 
-    from portability.converters.onnx2tf_run import DESCRIBE, MODULE
+    from portability.converters.onnx2tf_run import DESCRIBE, LAYERS, MODULE
 
     with tempfile.TemporaryDirectory(prefix="portability-onnx2tf-") as scratch:
         work = Path(scratch)
@@ -117,14 +120,16 @@ def run_onnx2tf(onnx_path: Path, out: Path, timeout_s: float | None = None, inpu
             spec.write_text(json.dumps({"signature": describe[0], "onnx": str(describe[1]), "folder": str(work / "out"),
                                         "files": {q: str(work / "out" / f"model_{s}.tflite") for q, s in _FLOAT_FILES.items()}}))
         # onnx2tf's command line, its onnxsim passes served by one process (onnx2tf_run); this environment's bin first
-        cmd = [sys.executable, "-m", MODULE, *([DESCRIBE, str(spec)] if describe else []), "-i", "model.onnx",
-               "-o", str(work / "out"), "-osd", *onnx2tf_args(input_shapes), *extra_args(args)]
+        cmd = [sys.executable, "-m", MODULE, *([DESCRIBE, str(spec)] if describe else []), LAYERS, str(work / LAYERS_FILE),
+               "-i", "model.onnx", "-o", str(work / "out"), "-osd", *onnx2tf_args(input_shapes), *extra_args(args)]
         p = run_tool(cmd, "onnx2tf", timeout_s, cwd=work, TF_CPP_MIN_LOG_LEVEL="2",
                      PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         tflite = work / "out" / "model_float32.tflite"
         if p.returncode != 0 or not tflite.is_file():
             raise failed(p, onnx_path)
         done = json.loads(spec.read_text()).get("described") if describe else None
+        if (work / LAYERS_FILE).is_file():  # the layers onnx2tf made for each ONNX node (tflite_debug)
+            shutil.move(str(work / LAYERS_FILE), str(work / "out" / LAYERS_FILE))
         shutil.move(str(work / "out"), str(out))
         return p.stdout, tuple(done) if done else None
 
@@ -133,7 +138,9 @@ class SavedModelFromOnnx(Converter):
     """The onnx2tf step: a SavedModel (``path`` is its ``saved_model.pb``, signature ``serving_default``).
 
     Its folder also holds ``tflite/{fp32,fp16}.tflite``, onnx2tf's float files, which the TFLite steps
-    pick from (a SavedModel loader ignores them; the SavedModel's size leaves them out: ``not_part``).
+    pick from (a SavedModel loader ignores them; the SavedModel's size leaves them out: ``not_part``), and
+    ``tflite/onnx2tf_layers.json``, the Keras layers onnx2tf made for each ONNX node (``meta["onnx2tf_layers"]``),
+    by which ``float_nodes`` finds the TFLite ops of ONNX nodes.
 
     A model with dynamic input dims is converted at the check's static shapes (``ctx.input_shapes``):
     onnx2tf gets them as ``--overwrite_input_shape`` and the mapping is read from a copy of the model
@@ -189,6 +196,8 @@ class SavedModelFromOnnx(Converter):
         (out_dir / "tflite").mkdir()
         for q, stem in _FLOAT_FILES.items():
             shutil.move(str(raw / f"model_{stem}.tflite"), str(out_dir / "tflite" / f"{q}.tflite"))
+        if (raw / LAYERS_FILE).is_file():
+            shutil.move(str(raw / LAYERS_FILE), str(out_dir / "tflite" / LAYERS_FILE))
         for f in raw.iterdir():
             if f.suffix != ".tflite":
                 shutil.move(str(f), str(out_dir / f.name))
@@ -196,13 +205,15 @@ class SavedModelFromOnnx(Converter):
         float_io, io = described or describe_float_files({q: out_dir / "tflite" / f"{q}.tflite" for q in _FLOAT_FILES},
                                                          out_dir, sig, probed or model)
         warnings = [ln.strip() for ln in meaningful_lines(log, 6) if "WARN" in ln]
+        layers = f"tflite/{LAYERS_FILE}" if (out_dir / "tflite" / LAYERS_FILE).is_file() else None
         return Artifact(path=out_dir / "saved_model.pb", format="saved_model", sha256="", meta={
             "onnx_signature": sig,
             "tflite_io": io,  # the SavedModel's signature: the fp32 tflite's tensors, its own layouts
             "float_tflite": {q: f"tflite/{q}.tflite" for q in _FLOAT_FILES},
             "float_tflite_io": float_io,
             "notes": layout_notes(io, "the SavedModel"),
-            "not_part": ["tflite"],  # onnx2tf's float .tflite files: kept here for the TFLite steps
+            "not_part": ["tflite"],  # onnx2tf's float .tflite files and its layer record: for the TFLite steps
+            **({"onnx2tf_layers": layers} if layers else {}),
             "onnx2tf_sample_data": "seeded noise (onnx2tf's internal checks only; never the calibration data)",
             "converter_warnings": warnings,
             **({"input_shapes": shapes} if shapes else {}),
@@ -210,26 +221,8 @@ class SavedModelFromOnnx(Converter):
         })
 
 
-def _calibration(ctx: ConvertContext, io: dict, sig: dict) -> tuple[list[dict[str, np.ndarray]], str]:
-    """Representative samples in the TFLite layout, one dict per interpreter call, and their source."""
-    cal, source = ctx.calibration, ctx.calibration_source or "given"
-    if not cal:
-        rng = np.random.default_rng(0)
-        cal = {t["name"]: rng.random([8] + [d or 1 for d in t["shape"][1:]]).astype(t["dtype"]) for t in sig["inputs"]}
-        source = "synthesized by the converter (uniform [0, 1) noise, seed 0)"
-    calls, n = calibration_batches(cal, batch_of(sig["inputs"]), _CAL_MAX_SAMPLES)
-    samples = []
-    for c in calls:
-        s = {}
-        for e in IoMap.from_dict(io).inputs:
-            x = np.asarray(c[e.onnx])
-            x = x.astype(e.dtype) if x.dtype.kind in "iu" and e.dtype else x  # an int64 input taken as int32
-            s[e.onnx] = x.transpose(e.perm) if e.perm else x.reshape(e.shape)
-        samples.append(s)
-    return samples, f"{source} ({n} samples" + (f" in {len(calls)} batches of {n // len(calls)})" if n != len(calls) else ")")
-
-
-def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarray]] | None, io: dict) -> bytes:
+def _converter(saved_model: Path, quant: str, samples: list[dict[str, np.ndarray]] | None, io: dict):
+    """TensorFlow's converter of ``saved_model``, set up for ``quant`` (for int8: calibrated on ``samples``)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -250,8 +243,22 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
         conv.representative_dataset = representative
         conv.inference_input_type = tf.int8
         conv.inference_output_type = tf.int8
+    return conv
+
+
+def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarray]] | None, io: dict,
+                keep: tuple[dict, list[str]] | None = None) -> tuple[bytes, dict[str, Any]]:
+    """The ``.tflite`` bytes and what the conversion adds to the meta; ``keep``: (onnx2tf's layer record, the
+    ONNX nodes kept in float), int8 only (``tflite_debug.quantize_keeping_float``)."""
+    conv = _converter(saved_model, quant, samples, io)
     try:
-        return conv.convert()
+        if keep:
+            from portability.converters.tflite_debug import feeds, quantize_keeping_float
+
+            return quantize_keeping_float(conv, keep[0], keep[1], feeds(samples or [], io))
+        return conv.convert(), {}
+    except ConvertError:
+        raise
     except Exception as e:
         lines = converter_error_lines(e)
         flex = re.search(r"\((Flex\w+)\)", " ".join(lines))  # "Node number 1 (FlexErf) failed to prepare"
@@ -259,7 +266,8 @@ def _tf_convert(saved_model: Path, quant: str, samples: list[dict[str, np.ndarra
                            + ": " + " | ".join(lines), op=flex.group(1) if flex else None) from None
 
 
-def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) -> Artifact:
+def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None,
+          float_nodes: list[str] | None = None) -> Artifact:
     sm_meta = src.meta
     out = out_dir / "model.tflite"
     meta: dict[str, Any] = {"quant": quant, "onnx_signature": sm_meta["onnx_signature"]}
@@ -268,11 +276,17 @@ def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) 
         shutil.copyfile(src.folder / sm_meta["float_tflite"][quant], out)
         meta["produced_by"] = "onnx2tf"
     else:
-        samples = None
+        samples, keep = None, None
         if quant == "int8":
-            samples, meta["calibration"] = _calibration(ctx or ConvertContext(), sm_meta["tflite_io"], sm_meta["onnx_signature"])
-            meta["calibration_source"] = (ctx.calibration_source if ctx and ctx.calibration else "synthesized")
-        out.write_bytes(_tf_convert(src.folder, quant, samples, sm_meta["tflite_io"]))
+            samples, cal = calibration_meta(ctx, sm_meta["tflite_io"], sm_meta["onnx_signature"])
+            meta.update(cal)
+        if float_nodes:
+            from portability.converters.tflite_debug import read_record
+
+            keep = (read_record(src.folder, sm_meta), float_nodes)
+        model, more = _tf_convert(src.folder, quant, samples, sm_meta["tflite_io"], keep)
+        out.write_bytes(model)
+        meta.update(more)
         meta["produced_by"] = "tf.lite.TFLiteConverter.from_saved_model (" + (
             f"{sm_meta.get('produced_by', 'the given')} SavedModel)" if native else "onnx2tf's SavedModel)")
     io = (sm_meta.get("float_tflite_io") or {}).get(quant) if meta["produced_by"] == "onnx2tf" else None
@@ -280,8 +294,22 @@ def _pick(src: Artifact, out_dir: Path, quant: str, ctx: ConvertContext | None) 
         io = describe_tflite(out, sm_meta["onnx_signature"], native=native)
         _keep_float_layouts(io, sm_meta["tflite_io"])
     meta["tflite_io"] = io
-    meta["notes"] = layout_notes(io, "the .tflite file") + builtin_notes(sm_meta)
+    meta["notes"] = layout_notes(io, "the .tflite file") + builtin_notes(sm_meta) + meta.pop("float_notes", [])
     return Artifact(path=out, format="tflite", sha256="", meta=meta)
+
+
+def tflite_layer_statistics(src: Artifact, ctx: ConvertContext | None = None,
+                            float_nodes: list[str] | None = None) -> list[dict[str, Any]]:
+    """TFLite's per-layer quantization statistics (``tflite_debug.layer_statistics``: each layer's TFLite name,
+    its ONNX nodes, TFLite's error statistics and an SNR in dB) of the int8 variant of ``src`` (a
+    SavedModelFromOnnx artifact), calibrated and measured on ``ctx.calibration`` as that variant is calibrated
+    (``float_nodes``: kept float, as the option does)."""
+    from portability.converters.tflite_debug import feeds, layer_statistics, read_record
+
+    io = src.meta["tflite_io"]
+    samples, _ = calibration_meta(ctx, io, src.meta["onnx_signature"])
+    return layer_statistics(_converter(src.folder, "int8", samples, io), read_record(src.folder, src.meta),
+                            feeds(samples, io), float_nodes)
 
 
 def _keep_float_layouts(io: dict, ref: dict) -> None:
@@ -307,7 +335,11 @@ def plain_saved_model(src: Artifact, out: Path, ctx: ConvertContext) -> Artifact
 
 
 class TfliteFromSavedModel(Converter):
-    """Options: ``quant``: ``fp32`` | ``fp16`` (onnx2tf's files) | ``dynint8`` (dynamic-range weights)."""
+    """Options: ``quant``: ``fp32`` | ``fp16`` (onnx2tf's files) | ``dynint8`` (dynamic-range weights).
+
+    ``float_nodes`` is refused (a ConvertError, never ignored): TensorFlow Lite keeps chosen ops in float only
+    in its full-integer quantizer (``Int8TfliteFromSavedModel``); its dynamic-range and float16 conversions take
+    no per-node list."""
 
     input_format = "saved_model"
     output_format = "tflite"
@@ -322,24 +354,43 @@ class TfliteFromSavedModel(Converter):
         quant = options.get("quant", "fp32")
         if quant not in ("fp32", "fp16", "dynint8"):
             raise ConvertError(f"TfliteFromSavedModel: quant {quant!r} not in fp32|fp16|dynint8 (int8: Int8TfliteFromSavedModel)")
+        if float_nodes_option(options):
+            raise ConvertError(f"float_nodes: TensorFlow Lite's {quant} conversion keeps no chosen nodes in float (its "
+                               "selective quantization is full-integer only: mobile/tflite-int8, Int8TfliteFromSavedModel)")
         require(self.requires, "to convert to TFLite")
         return _pick(src, out_dir, quant, ctx)
 
 
 class Int8TfliteFromSavedModel(Converter):
     """Full integer quantization (int8 weights, activations, inputs and outputs), calibrated on
-    ``ctx.calibration`` (seeded noise when absent; ``meta["calibration"]`` says which)."""
+    ``ctx.calibration`` (seeded noise when absent; ``meta["calibration"]`` and ``meta["calibration_source"]`` say
+    which, MinMax ranges over at most 100 samples).
+
+    Option ``float_nodes``: ONNX node names whose TFLite ops stay in float (TFLite's selective quantization,
+    ``QuantizationDebugOptions(denylisted_nodes=…)``; ``tflite_debug``), the inputs and outputs still int8. An op
+    TFLite fused from several nodes (a Conv with its Relu) stays float when any of them is named.
+    ``meta["float_nodes"]``: every ONNX node kept float; ``meta["float_tensors"]``: the TFLite tensors denylisted.
+    A name that is no node of the model, or a node that made no TFLite op, is a ConvertError naming it."""
 
     input_format = "saved_model"
     output_format = "tflite"
     pool = "tensorflow"  # it imports TensorFlow: its worker forks from the pool that imported it
     uses_calibration = True
+    keeps_float = True
     variants = {"quant": ("int8",)}
     requires = _NEEDS
 
     def version(self) -> str:
         return _versions()
 
+    @classmethod
+    def quantizable_nodes(cls, graph) -> list[str]:
+        """The nodes of ``graph`` (an ONNX GraphProto) whose TFLite op is quantized, one per op where the converter
+        fuses (a Conv's Relu is its Conv's op: naming either keeps both float), in the graph's order. From the graph
+        alone: the conversion's own record (``tflite_debug.op_nodes``) is what ``float_nodes`` is checked against."""
+        return quantizable_nodes(graph)
+
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
+        nodes = float_nodes_option(options)
         require(self.requires, "to convert to TFLite")
-        return _pick(src, out_dir, "int8", ctx)
+        return _pick(src, out_dir, "int8", ctx, nodes)

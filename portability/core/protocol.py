@@ -72,6 +72,9 @@ class Job:
     output_names: tuple[str, ...]
     #: a feeds file the converters calibrate on instead of ``feeds`` (empty: ``feeds``)
     calibration: str = ""
+    #: where the calibration samples came from, as converters are told (``ConvertContext.calibration_source``):
+    #: "dataset", "file" or "synthesized" (empty: ``feeds_source``)
+    calibration_source: str = ""
     warmup: int = 10
     runs: int = 50
     time_budget_s: float | None = None

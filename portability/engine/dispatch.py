@@ -24,6 +24,7 @@ from portability.engine.prepare import Prepared
 from portability.settings.options import CheckOptions, Limits
 from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
 from portability.workers import prestart as start_pool
+from portability.report.calibration import check_notes
 from portability.report.schema import TargetResult
 from portability.targets import Target, availability
 
@@ -64,7 +65,8 @@ class Dispatch:
         self.prepared = prepared
         self.workdir = prepared.workdir
         #: what judges each worker's result against the reference's
-        self.evaluator = Evaluator(model, feeds, opts, prepared.robustness, chosen.targets[0].id, chosen.records)
+        self.evaluator = Evaluator(model, feeds, opts, prepared.robustness, chosen.targets[0].id, chosen.records,
+                                   prepared.calibration_facts)
         self.targets = chosen.targets
         self.gate = TimingGate(opts.jobs)
         self.readable = confine.readable(model.path, prepared.workdir, opts.cache_dir)
@@ -153,7 +155,8 @@ class Dispatch:
     def _notes(self, results: list[TargetResult]) -> list[str]:
         """The check's notes: the inputs' warnings, then what the results say of the model as a whole."""
         ev = self.evaluator
-        return (list(self.feeds.warnings) + list(self.services.notes) + ev.random_note() + ev.quantized_note()
+        return (list(self.feeds.warnings) + check_notes(self.prepared.calibration_facts, ev.calibrated)
+                + list(self.services.notes) + ev.random_note() + ev.quantized_note()
                 + self.synthesized_failed[:1]
                 + ev.odd_one_out(results, self.targets) + verdict.delegate_ab(results, self.targets))
 
@@ -180,6 +183,7 @@ class Dispatch:
                                           self._runtime(target).network, dict(services or {})) if wdir else {},
                    target=target, source=self.model.artifact(), signature=self.model.signature(),
                    feeds=str(p.feeds_file), feeds_source=self.feeds.source, calibration=p.calibration,
+                   calibration_source=p.calibration_source,
                    input_names=p.in_names,
                    output_names=self.evaluator.out_names, warmup=o.warmup, runs=o.runs, time_budget_s=o.time_budget_s,
                    sample_budget_s=o.sample_budget_s,

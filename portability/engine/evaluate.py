@@ -21,6 +21,7 @@ from portability.metrics import accuracy as acc
 from portability.metrics import drift, thresholds
 from portability.metrics.base import Evaluation
 from portability.metrics.latency import samples_note, summarize, timing_note
+from portability.report import calibration
 from portability.report.schema import TargetResult
 from portability.targets import Target
 
@@ -32,8 +33,12 @@ class Evaluator:
     """One check's judge: turns each worker's result into a TargetResult, the reference's first."""
 
     def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, robustness=None,
-                 reference: str = "", plans: dict | None = None):
+                 reference: str = "", plans: dict | None = None, calibration: dict | None = None):
         self.model, self.feeds, self.opts = model, feeds, opts
+        #: what the check handed the converters that calibrate (``engine.prepare.Calibration.facts``)
+        self.calibration = calibration or {}
+        #: target id -> its ``details.calibration``, of every target that calibrates
+        self.calibrated: dict[str, dict] = {}
         #: the robustness pass (``metrics.robustness.run.Robustness``), with ``--robustness``
         self.robustness = robustness
         self.out_names = tuple(o.name for o in model.outputs)
@@ -133,12 +138,25 @@ class Evaluator:
         v = verdict.decide(target, self.opts.gate, wr, found, strict=self.opts.strict_backend)
         if is_ref and wr.ok:
             self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
+        cal = self._calibration(target, wr)
         return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
                             runtime=wr.runtime, device=wr.device, error=wr.error,
                             hint=wr.hint or (None if wr.ok else fix_hint(wr.op, [c for c, _ in target.converters])),
                             op=wr.op, node=wr.node,
-                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches, notes=v.notes + samples_note(wr.details) + timing_note(m) + artifact_notes(wr.details),
-                            details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {})})
+                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches,
+                            notes=(v.notes + samples_note(wr.details) + timing_note(m) + artifact_notes(wr.details)
+                                   + ((calibration.note(cal),) if cal else ())),
+                            details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {}),
+                                     **({"calibration": cal} if cal else {})})
+
+    def _calibration(self, target: Target, wr: WorkerResult) -> dict | None:
+        """The target's ``details.calibration`` (``report/calibration.py``) where it calibrates, else None."""
+        meta = (wr.details or {}).get("artifact_meta") or {}
+        said = "calibration" in meta or "calibration_source" in meta
+        cal = calibration.describe(meta, self.calibration, said or _calibrates(target))
+        if cal:
+            self.calibrated[target.id] = cal
+        return cal
 
     def reference_tokens(self) -> list[int] | None:
         """The tokens the reference generated (``--generate``), to feed the others under teacher forcing."""
@@ -162,6 +180,16 @@ class Evaluator:
             return [f"{', '.join(agreeing)} agree with each other but not with the reference {self.reference}: "
                     "the reference may be the odd one out"]
         return []
+
+
+def _calibrates(target: Target) -> bool:
+    """Whether a step of the target's route calibrates (``Converter.uses_calibration``)."""
+    from portability.core.target import load_class
+
+    try:
+        return any(getattr(load_class(path), "uses_calibration", False) for path, _ in target.converters)
+    except Exception:  # noqa: BLE001 - a converter that cannot be imported here calibrates nothing here
+        return False
 
 
 def _generation(wdir: Path) -> dict | None:

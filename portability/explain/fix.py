@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from portability.core.errors import UsageError
 from portability.core.status import FAILING, Status
+from portability.explain.probe import opened  # noqa: F401  (the commands open their session through fix)
 
 
 @dataclass(frozen=True)
@@ -132,17 +132,6 @@ def _model_ops(path: Path, fmt: str) -> tuple[set[str], list[str]]:
     return {n.op_type for n in g.node}, [i.name for i in g.input if i.name not in inits]
 
 
-@contextmanager
-def opened(model_path: Path, opts) -> Iterator[tuple[Any, Any]]:
-    """The model read (in the sandbox) and one session for every check a search makes: ``(info, session)``."""
-    from portability.engine.pipeline import load_source_isolated
-    from portability.engine.session import Session
-
-    info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
-    with Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),)) as session:
-        yield info, session
-
-
 def search(model_path: Path, target: str, opts, session, info, say: Callable[[str], None] = lambda s: None,
            status: Status | None = None) -> dict:
     """Try the alternatives for ``target`` until one passes: ``{"target", "status", "tried": [{"alternative",
@@ -150,6 +139,7 @@ def search(model_path: Path, target: str, opts, session, info, say: Callable[[st
     from :func:`opened`. ``status``: the target's status in the check already run (else a check finds it)."""
     from portability.engine import plan
     from portability.engine.pipeline import check as run_check
+    from portability.explain import rescue
 
     targets, no_route, _ = plan.for_check(info.format, target, opts.via)
     t = next((x for x in targets if x.id == target), None)
@@ -175,19 +165,61 @@ def search(model_path: Path, target: str, opts, session, info, say: Callable[[st
         doc["why"] = f"nothing to fix: the target's status is {status}"
         return doc
     steps = [p.rsplit(":", 1)[-1] for p, _ in t.converters]
-    for alt in alternatives(steps, t.runtime, ops, inputs, target, info.format, _siblings(t, targets[0].id)):
-        if alt.drift_only and status != Status.DRIFT:
-            continue
-        say(f"{target} with {alt.name}")
-        st, err = status_under(alt.settings)
-        doc["tried"].append({"alternative": alt.name, "status": st, **({"error": err} if err else {})})
-        if st == Status.PASS:
-            doc["passing"] = {"alternative": alt.name, "option": alt.option,
-                              **({"command": alt.command} if alt.command else {})}
-            break
+    alts = alternatives(steps, t.runtime, ops, inputs, target, info.format, _siblings(t, targets[0].id))
+
+    def first_passing(among: list[Alternative]) -> bool:
+        for alt in among:
+            if alt.drift_only and status != Status.DRIFT:
+                continue
+            say(f"{target} with {alt.name}")
+            st, err = status_under(alt.settings)
+            doc["tried"].append({"alternative": alt.name, "status": st, **({"error": err} if err else {})})
+            if st == Status.PASS:
+                doc["passing"] = {"alternative": alt.name, "option": alt.option,
+                                  **({"command": alt.command} if alt.command else {})}
+                return True
+        return False
+
+    # a quantized variant that drifts: its quantizer's settings, then its layers kept in float, before the
+    # other converters' and runtimes' alternatives (its float twin converts and runs as they are); last,
+    # another backend of its engine
+    q = rescue.quantizer(t) if status == Status.DRIFT else None
+    mine = [a for a in alts if q is not None and q.name() in a.settings.get("converter_options", {})]
+    own = [a for a in alts if "target" not in a.settings and a not in mine]
+    if not first_passing(mine):
+        if not (q is not None and _rescued(doc, model_path, target, opts, session, info, say, t)):
+            if not first_passing(own):
+                first_passing([a for a in alts if "target" in a.settings])
     if not doc["tried"]:
         doc["why"] = "no alternative applies to this target's route"
     return doc
+
+
+def _rescued(doc: dict, model_path: Path, target: str, opts, session, info, say, t) -> bool:
+    """For a quantized target that drifts: the smallest set of layers kept in float under which it passes
+    (``explain.rescue``), as ``doc["passing"]`` with what it costs; the layers' ranking in
+    ``doc["quantization"]``. True when one passes."""
+    from portability.explain import rescue
+
+    if info.format != "onnx":
+        return False
+    try:
+        q = rescue.report_of(Path(model_path), target, opts, session, info, say, search=True)
+    except UsageError as e:
+        doc["tried"].append({"alternative": "layers kept in float", "status": Status.SKIPPED, "error": str(e)})
+        return False
+    found = q.pop("rescue", None) or {}
+    doc["quantization"] = q
+    nodes = found.get("float_nodes")
+    doc["tried"].append({"alternative": f"layers kept in float ({len(found.get('tried') or [])} sets tried)",
+                         "status": Status.PASS if nodes else Status.DRIFT, **({"error": found["why"]} if found.get("why") else {})})
+    if not nodes:
+        return False
+    before, after = found.get("before") or {}, found.get("after") or {}
+    doc["passing"] = {"alternative": f"{len(nodes)} of {q['candidates']} quantized layers kept in float: {', '.join(nodes)}",
+                      "option": found["option"], "python": found["python"], "float_nodes": nodes,
+                      **{k: {"before": before.get(k), "after": after.get(k)} for k in ("size_bytes", "p50_ms", "accuracy")}}
+    return True
 
 
 def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s: None) -> None:

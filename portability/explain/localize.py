@@ -303,7 +303,8 @@ def node_data(curve: list[Probe], path: Path) -> Path:
 
 def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s: None) -> None:
     """``check --localize DIR``: localize every drifting target of ``report`` and put the result in its
-    ``details.localize`` (a model that cannot be localized says why there)."""
+    ``details.localize`` (a model that cannot be localized says why there); a quantized one also gets its
+    quantization report in ``details.quantization`` (``explain.rescue``)."""
     for t in report.targets:
         if t.status != Status.DRIFT or t.id == report.reference:
             continue
@@ -314,6 +315,9 @@ def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s
         except UsageError as e:
             doc = {"target": t.id, "status": t.status, "error": str(e)}
         t.details["localize"] = doc
+    from portability.explain import rescue
+
+    rescue.attach(report, model_path, opts, say)
 
 
 def _diverging(name: str, curve: list[Probe]) -> bool:

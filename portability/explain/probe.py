@@ -1,8 +1,11 @@
-"""One cut of a model checked on a target (``localize``): its tensors' drift against the reference's."""
+"""One cut of a model checked on a target (``localize``): its tensors' drift against the reference's; the model
+read and one session for all the checks a search makes (``opened``: ``localize``'s cuts, ``fix``, ``rescue``)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -47,3 +50,14 @@ def tensor_drift(ref: Any, got: Any, bounds: dict) -> dict:
         if rs > 0 and gs == 0:
             out["constant"] = True
     return out
+
+
+@contextmanager
+def opened(model_path: Path, opts) -> Iterator[tuple[Any, Any]]:
+    """The model read (in the sandbox) and one session for every check a search makes: ``(info, session)``."""
+    from portability.engine.pipeline import load_source_isolated
+    from portability.engine.session import Session
+
+    info = load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+    with Session(mode=opts.sandbox, reads=(str(Path(model_path).resolve().parent),)) as session:
+        yield info, session

@@ -127,11 +127,18 @@ def _problems(report: Report) -> str:
         parts = ([f"<b>{_e(t.status)}</b>"] + ([_e(t.error)] if t.error else []) + [_e(b) for b in t.breaches]
                  + ([_e(placed)] if placed else [])
                  + ([f"op <code>{_e(t.op)}</code>" + (f" (node <code>{_e(t.node)}</code>)" if t.node else "")] if t.op else [])
-                 + ([f"fix: <code>{_e(t.hint)}</code>"] if t.hint else []) + [_e(n) for n in t.notes])
+                 + ([f"fix: <code>{_e(t.hint)}</code>"] if t.hint else []) + [_note(n) for n in t.notes])
         items.append(f"<li><b>{_e(t.id)}</b>: {'; '.join(parts)}</li>")
-    notes = "".join(f"<li>{_e(n)}</li>" for n in report.notes)
+    notes = "".join(f"<li>{_note(n)}</li>" for n in report.notes)
     out = f"<ul>{''.join(items)}</ul>" if items else "<p>Every target passed.</p>"
     return out + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else "")
+
+
+def _note(n: str) -> str:
+    """A note; a warning (calibration on synthesized inputs: ``report/calibration.py``) marked as one."""
+    from portability.report.calibration import is_warning
+
+    return f'<span class=bad>warning: {_e(n)}</span>' if is_warning(n) else _e(n)
 
 
 def _diff(d: Diff) -> str:

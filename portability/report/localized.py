@@ -14,6 +14,32 @@ def fixes(report: Report) -> list[tuple[str, dict]]:
     return [(t.id, t.details["fix"]) for t in report.targets if (t.details or {}).get("fix")]
 
 
+def quantized(report: Report) -> list[tuple[str, dict]]:
+    """Per target, its quantization report (``check --localize``) or the one its ``--fix`` search made."""
+    out = []
+    for t in report.targets:
+        d = t.details or {}
+        q = d.get("quantization") or (d.get("fix") or {}).get("quantization")
+        if q and q.get("layers"):
+            out.append((t.id, q))
+    return out
+
+
+def _sensitivity_svg(doc: dict, most: int = 16) -> str | None:
+    """A bar per layer (worst first): the model's output SNR with that layer alone quantized."""
+    from portability.report.plots import KIT
+
+    rows = [x for x in doc["layers"] if x.get("sensitivity_db") is not None][:most]
+    if not rows:
+        return None
+    fig, ax = KIT.figure(len(rows))
+    names = [x["node"] + (" *" if x.get("outlier_channels") else "") for x in rows][::-1]
+    vals = [x["sensitivity_db"] for x in rows][::-1]
+    ax.barh(names, vals, color=["#c62828" if v < 20 else "#ef6c00" if v < 35 else "#2e7d32" for v in vals])
+    ax.set_xlabel("output SNR with the layer alone quantized (dB; * an outlier channel)")
+    return KIT.svg(fig, f"quantization sensitivity per layer on {doc['target']}")
+
+
 def fix_line(doc: dict) -> str:
     tried = ", ".join(f"{x['alternative']}: {x['status']}" for x in doc.get("tried", []))
     ok = doc.get("passing")
@@ -59,9 +85,14 @@ def _curve_svg(doc: dict) -> str | None:
 def html(report: Report, e) -> str | None:
     """The HTML section (``e`` escapes text), or None when nothing was localized or searched."""
     docs = found(report)
-    if not docs and not fixes(report):
+    if not docs and not fixes(report) and not quantized(report):
         return None
     parts = [f"<h3>{e(tid)}: --fix</h3><p>{e(fix_line(doc))}</p>" for tid, doc in fixes(report)]
+    for tid, q in quantized(report):
+        svg = _sensitivity_svg(q)
+        parts.append(f"<h3>{e(tid)}: where the quantization error comes from</h3>"
+                     + (f"<figure><figcaption>Each layer alone quantized: the model's output SNR (red below 20 dB: "
+                        f"that layer alone breaks the output)</figcaption>{svg}</figure>" if svg else ""))
     for tid, doc in docs:
         svg = None if doc.get("error") else _curve_svg(doc)
         parts.append(f"<h3>{e(tid)}</h3><p>{e(line(doc))}</p>"

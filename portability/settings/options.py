@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from portability.core.errors import UsageError
 from portability.core.limits import Limits
+from portability.settings.readers import (MEMORY_SHARE, _gate, _jobs, _memory, _number, _path, _prompt, _range,
+                                          _resident, _sandbox, _shapes, _tables, _targets, _versions, default_jobs)  # noqa: F401
 from portability.settings.setting import INPUTS, RUNNING, THRESHOLDS, WHAT, Setting
-
-
-#: the share of this machine's memory a target may use when no limit is given
-MEMORY_SHARE = 0.8
 
 
 @dataclass
@@ -85,6 +83,11 @@ class CheckOptions:
     #: the feeds file the converters calibrate on instead of the check's own feeds (a grid's further shapes: the
     #: first's, so that the artifacts they run are the ones converted at the first shape)
     calibration_feeds: str | None = None
+    #: ``--calibration``: the user's calibration samples (laid out as ``--dataset``'s; labels not needed) for the
+    #: converters that calibrate (static int8), kept apart from the evaluated samples (``engine/prepare.py``)
+    calibration: Path | None = None
+    #: ``--calibrate-on-eval``: calibrate on the evaluated ``--dataset`` samples instead of a held-out share of them
+    calibrate_on_eval: bool = False
     #: time targets whose speed is no device's too (a software GPU adapter, an emulator): not by default
     time_emulated: bool = False
     #: greedy decoding of this many tokens on every target after the single pass (0: none): a decoder's
@@ -94,124 +97,12 @@ class CheckOptions:
     prompt_ids: tuple[int, ...] = ()
 
 
-def _path(v: Any, s: Setting) -> Path | None:
-    return Path(v) if v is not None else None
-
-
-def _number(kind: type) -> Callable[[Any, Setting], Any]:
-    def read(v: Any, s: Setting) -> Any:
-        if v is None:
-            return None
-        try:
-            n = kind(v)
-        except (TypeError, ValueError):
-            raise UsageError(f"{s.option} must be a {'whole ' if kind is int else ''}number, got {v!r}") from None
-        if s.min is not None and n < s.min:
-            raise UsageError(f"{s.option} must be at least {s.min:g}, got {n:g}")
-        return n
-
-    return read
-
-
-def _targets(v: Any, s: Setting) -> str:
-    return v if isinstance(v, str) else ",".join(v)
-
-
-def _range(v: Any, s: Setting) -> tuple[float, float]:
-    if isinstance(v, str):
-        try:
-            lo, hi = (float(x) for x in v.split(","))
-        except ValueError:
-            raise UsageError(f"--input-range must look like LOW,HIGH (e.g. 0,1), got '{v}'") from None
-    else:
-        lo, hi = (float(x) for x in v)
-    if not lo < hi:
-        raise UsageError(f"--input-range: LOW must be below HIGH, got '{v}'")
-    return lo, hi
-
-
-def _gate(value: Any, s: Setting) -> list[str]:
-    items = [value] if isinstance(value, str) else list(value or [])
-    return [g.strip() for item in items for g in str(item).split(",") if g.strip()]
-
-
-def _memory(mb: Any, s: Setting) -> float:
-    if mb is None:
-        import psutil
-
-        return psutil.virtual_memory().total / 2**20 * MEMORY_SHARE
-    if float(mb) <= 0:
-        raise UsageError("--memory-limit-mb must be positive")
-    return float(mb)
-
-
-def _jobs(v: Any, s: Setting) -> int:
-    return _number(int)(v, s) if v is not None else default_jobs()
-
-
-def _versions(v: Any, s: Setting) -> dict:
-    """``["onnxruntime=1.20.1,1.31.1"]`` (flags) or ``{"onnxruntime": ["1.20.1"]}`` (a settings file)."""
-    from portability.matrix import parse
-
-    if isinstance(v, dict):
-        v = [f"{k}={','.join(x) if isinstance(x, (list, tuple)) else x}" for k, x in v.items()]
-    return parse([v] if isinstance(v, str) else list(v or []))
-
-
-def _prompt(v: Any, s: Setting) -> tuple[int, ...]:
-    from portability.core.generate import prompt_ids  # numpy and the decoder's reading: not at --help
-
-    return prompt_ids(v, s.option)
-
-
-def _sandbox(v: Any, s: Setting) -> str:
-    from portability.core.sandbox import MODES, default_mode
-
-    v = default_mode() if v is None else v
-    if str(v) not in MODES:
-        raise UsageError(f"--sandbox must be one of {', '.join(MODES)}, got '{v}'")
-    return str(v)
-
-
-def _resident(v: Any, s: Setting) -> str:
-    from portability.resident.client import mode
-
-    if v is None:
-        return mode()
-    v = {True: "auto", False: "off"}.get(v, v)
-    if str(v) not in ("auto", "off"):
-        raise UsageError(f"--resident must be auto or off, got '{v}'")
-    return str(v)
-
-
-def _shapes(v: Any, s: Setting) -> list[str]:
-    """``["x=1x3x224x224"]`` or ``{"x": [1, 3, 224, 224]}`` -> the ``--shape`` strings."""
-    if isinstance(v, dict):
-        return [f"{k}={'x'.join(str(int(d)) for d in dims)}" for k, dims in v.items()]
-    return list(v or [])
-
-
-def _tables(v: Any, s: Setting) -> dict:
-    """A table of tables (name -> options), as a settings file gives it."""
-    if v is None:
-        return {}
-    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, dict) for k, x in v.items()):
-        raise UsageError(f"{s.name} must be a table of tables (name -> options), got {v!r}"[:300])
-    return {k: dict(x) for k, x in v.items()}
-
-
-def default_jobs() -> int:
-    """One more than the cores: a target waiting on a browser's or an emulator's process leaves its core to
-    another (a warm all-target check of the fixture LeNet on 2 cores: 12.9 s at 2, 11.9 s at 3, 12.0 s at 4)."""
-    import os
-
-    return max(1, os.cpu_count() or 1) + 1
-
-
 _AUDIT = ("check", "audit")
 #: settings of the checks ``localize`` runs (what to feed, how to run, the bounds)
-_LOCAL = ("check", "localize")
-_ALL_CMDS = ("check", "audit", "localize")
+_LOCAL = ("check", "localize", "fix")
+_ALL_CMDS = ("check", "audit", "localize", "fix")
+#: settings of the checks ``fix`` and ``quantize-report`` run besides those: accuracy and calibration
+_EVAL = ("check", "audit", "fix")
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("targets", str, "server", "Comma-separated platforms (server, web, mobile, all) or exact target ids "
@@ -244,7 +135,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("inputs", Path, None, ".npz with one array per model input (one batch, or a stack of batches).",
             INPUTS, parse=_path, commands=_ALL_CMDS, path=True),
     Setting("dataset", Path, None, ".npz with 'x' (or one array per input) and integer labels 'y': adds task "
-            "accuracy.", INPUTS, parse=_path, commands=_AUDIT, path=True),
+            "accuracy.", INPUTS, parse=_path, commands=_EVAL, path=True),
+    Setting("calibration", Path, None, ".npz of calibration samples for the variants that calibrate (static int8: "
+            "server/ort-qdq, web/ort-wasm-qdq, mobile/tflite-int8), laid out as --dataset's ('x' or one array per "
+            "input; no labels needed), kept apart from the evaluated samples. Default: with --dataset, its last "
+            "min(64, n/5) samples, held out from evaluation; else the synthesized inputs, with a warning.", INPUTS,
+            parse=_path, commands=_EVAL, path=True),
+    Setting("calibrate_on_eval", bool, False, "Calibrate on the evaluated --dataset samples themselves instead of "
+            "holding out a share of them for calibration (the report says so).", INPUTS, parse=lambda v, s: bool(v),
+            flag="--calibrate-on-eval/--no-calibrate-on-eval", commands=_EVAL),
     Setting("shapes", list, None, "Fix dynamic dims: NAME=1x3x224x224 (repeatable). Default: leading dim 1, others "
             "32, with a warning. The converters get them too.", INPUTS, parse=_shapes, flag="--shape",
             commands=_ALL_CMDS, file=(list, dict)),
@@ -290,7 +189,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("use_cache", bool, True, "Convert afresh and keep nothing in the artifact cache.", RUNNING,
             parse=lambda v, s: bool(v), flag="--no-cache", negate=True, commands=_LOCAL),
     Setting("cache_dir", Path, None, "Artifact cache (default {default}).", RUNNING, parse=_path,
-            commands=("check", "study", "localize"), path=True, shown="$PORTABILITY_CACHE_DIR or ~/.cache/portability"),
+            commands=("check", "study", "localize", "fix"), path=True, shown="$PORTABILITY_CACHE_DIR or ~/.cache/portability"),
     Setting("sandbox", str, None, "The OS sandbox of every process that reads or runs the model (no network, the "
             "model's folder read-only, writes only to its own work folder): auto (where the kernel can; says once "
             "where it cannot), require (an error where it cannot), off. Default: $PORTABILITY_SANDBOX, else "

@@ -387,5 +387,6 @@ class _Study:
             extra["jobs"] = self.o.jobs
         opts = api.options(spec, dataset=trained.eval_data, warmup=warmup, runs=runs, time_budget=budget,
                            sample_budget=0,  # accuracy on every evaluation sample (slow-by-nature targets keep theirs)
+                           calibrate_on_eval=True,  # every one: the baselines are the framework's on all of eval.npz
                            seed=self.o.seed, cache_dir=self.cache_root, **extra)
         return run_check(trained.model, opts, self.progress.check_progress(), model=info, session=self.session).to_dict()
