@@ -71,6 +71,8 @@ def test_checks_share_the_resident_browser(tmp_path, own):
     browsers = [s for s in s2["services"] if s["provider"] == "browser"]
     assert browsers and browsers[0]["launches"] == 1, s2  # the second check started no browser
     assert s2["served"] >= s1["served"] + 2 and s2["leases"] == 0
+    mem = s2["memory_mb"]  # the tree's memory, with a browser in it: more than the server process alone
+    assert mem["processes"] >= 3 and mem["proportional"] >= mem["unique"] > 50, mem
 
 
 @needs_browser

@@ -50,6 +50,9 @@ def _serve(stop: bool, status: bool, idle: float, foreground: bool, as_json: boo
         if info is None:
             typer.echo(json.dumps({"running": False, "socket": str(path)}) if as_json else f"no resident session runs ({path})")
             return 1
+        if info.get("ok") is False:
+            typer.echo(json.dumps({"running": True, **info}) if as_json else f"the resident session answered: {info.get('error')}")
+            return 1
         typer.echo(json.dumps({"running": True, **info}) if as_json else _describe(info))
         return 0
     if foreground:
@@ -88,7 +91,15 @@ def _describe(info: dict) -> str:
     up = time.time() - float(info.get("since") or time.time())
     return (f"resident session pid {info['pid']} at {info['socket']}, up {up:.0f} s, {info.get('leases', 0)} "
             f"lease(s) held, {info.get('served', 0)} served; services: {services}; worker pools: {pools}; "
-            f"{info.get('pool_leases', 0)} check(s) forking from them; stops after {info.get('idle_s', 0):g} s idle")
+            f"{info.get('pool_leases', 0)} check(s) forking from them; {_memory(info.get('memory_mb') or {})}; "
+            f"stops after {info.get('idle_s', 0):g} s idle")
+
+
+def _memory(m: dict) -> str:
+    if m.get("unique") is None:
+        return "memory unknown"
+    return (f"memory {m['unique']:.0f} MB unique ({m['proportional']:.0f} MB proportional) in "
+            f"{m['processes']} processes")
 
 
 def _wait_gone(pid: int, timeout: float = 15.0) -> None:

@@ -95,7 +95,7 @@ class Resident:
             pools = [pool for p in self._providers.values() if hasattr(p, "pools") for pool in p.pools()]
         return {"ok": True, "pid": os.getpid(), "socket": str(self.path), "since": self.started,
                 "leases": self.leases, "served": self.served, "idle_s": self.idle_s, "services": services,
-                "worker_pools": pools, "pool_leases": self.pool_leases}
+                "worker_pools": pools, "pool_leases": self.pool_leases, "memory_mb": tree_memory_mb(os.getpid())}
 
     def handle(self, conn: socket.socket) -> None:
         """One connection: its peer must be this user; its request line comes within ``protocol.REQUEST_TIMEOUT_S``.
@@ -302,5 +302,28 @@ def _warm_from(r: Resident, path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def tree_memory_mb(pid: int) -> dict:
+    """The memory of ``pid``'s process tree (itself, its services, browsers, emulator and worker pools):
+    ``unique`` (USS: the pages no process outside the tree shares, what stopping it frees), ``proportional``
+    (PSS: shared pages split among their users) and ``processes``; processes gone or not readable are left out."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return {"unique": None, "proportional": None, "processes": 0}
+    uss = pss = 0
+    n = 0
+    for p in procs:
+        try:
+            m = p.memory_full_info()
+        except psutil.Error:
+            continue
+        uss, pss, n = uss + m.uss, pss + m.pss, n + 1
+    return {"unique": round(uss / 2**20, 1), "proportional": round(pss / 2**20, 1), "processes": n}
+
+
 if __name__ == "__main__":
     main()
+
