@@ -27,7 +27,8 @@ def quantize_report(
     the same inputs, its sensitivity (the model's output SNR with that layer alone quantized), and its outlier
     channels (one channel's magnitude many times the others': per-tensor int8 then spends its steps on it),
     ranked worst first. Give --dataset to judge accuracy as check does. Each figure is a check of the model
-    on the target (one per layer, plus two). With --json, the layers' sensitivity is also written as Model
+    on the target: one per layer plus two; --search adds about 2·log2(layers) for the shortest passing
+    prefix of the ranking, one per layer of it to prune it back, and two to measure its cost. With --json, the layers' sensitivity is also written as Model
     Explorer node data beside it (FILE.node_data.json), to colour the graph by quantization error.
 
     Exit 0 when the target passes as it is (or, with --search, under a float fallback), 1 otherwise, 2 on a usage

@@ -198,8 +198,9 @@ def float_tensors(content: bytes, record: dict, float_nodes: Iterable[str]) -> t
     graph's order): what ``QuantizationDebugOptions(denylisted_nodes=…)`` keeps in float, and what that keeps.
 
     A fused op is one: naming any of its nodes keeps all of them float (a Conv and the Relu TFLite fuses into it).
-    Raises ConvertError naming each name that is no node of the model onnx2tf converted, or a node no op
-    computes (folded away by onnx2tf's simplifier or TFLite's converter): never silently ignored."""
+    Raises ConvertError naming each name that is no node of the model onnx2tf converted. A node that no op
+    computes (folded away by onnx2tf's simplifier or TFLite's converter: a Flatten, a constant's Reshape) has
+    nothing to keep in float: it is left out of what is kept, and the meta says so (``float_nodes_without_op``)."""
     asked = list(dict.fromkeys(float_nodes))
     order = [n for n, _ in record.get("nodes") or []]
     missing = [n for n in asked if n not in order]
@@ -209,12 +210,6 @@ def float_tensors(content: bytes, record: dict, float_nodes: Iterable[str]) -> t
                            node=missing[0])
     ops = [op for op in op_nodes(content, record) if set(op["nodes"]) & set(asked)]
     covered = {n for op in ops for n in op["nodes"]}
-    unmapped = [n for n in asked if n not in covered]
-    if unmapped:
-        kinds = dict(map(tuple, record.get("nodes") or []))
-        raise ConvertError(f"float_nodes: {', '.join(f'{n} ({kinds.get(n)})' for n in unmapped[:5])} made no op of "
-                           "the TFLite model (folded away by onnx2tf or TFLite's converter): nothing to keep in float",
-                           node=unmapped[0])
     return [op["tensor"] for op in ops], [n for n in order if n in covered]
 
 
@@ -262,6 +257,9 @@ def quantize_keeping_float(converter, record: dict, float_nodes: list[str],
     meta: dict[str, Any] = {"float_nodes": [n for n in kept if n in really], "float_tensors": tensors}
     if meta["float_nodes"] != list(dict.fromkeys(float_nodes)):
         meta["float_nodes_asked"] = list(dict.fromkeys(float_nodes))
+    without = [n for n in dict.fromkeys(float_nodes) if n not in kept]
+    if without:
+        meta["float_nodes_without_op"] = without
     if refused:
         meta["float_nodes_refused"] = refused
         meta["float_notes"] = [f"TFLite's quantizer kept {', '.join(refused)} int8 although denylisted (an op that "

@@ -19,8 +19,8 @@ runtime, in the isolated workers; one session for them all), on the same inputs:
   ``OUTLIER_RATIO`` times the median channel's is named; ``others_share`` is the share of the tensor's range
   that the other channels use (per-tensor int8 spends its 256 steps on the whole range).
 
-The **float fallback** (``rescue``) adds layers to ``float_nodes`` in ranking order until the target passes,
-then prunes the set back (a layer stays float only if the target fails without it), and reports the variant's
+The **float fallback** (``rescue``) finds the shortest prefix of the ranking that, kept in float, makes the
+target pass (prefixes doubling, then a bisection), then prunes the set back (a layer stays float only if the target fails without it), and reports the variant's
 size and median latency before and after: what the rescue costs.
 """
 from __future__ import annotations
@@ -122,9 +122,26 @@ def _probe_tensors(g, names: list[str]) -> tuple[list[str], dict[str, list[str]]
     by_name = {n.name: n for n in g.nodes}
     per: dict[str, list[str]] = {}
     for name in names:
-        per[name] = [t for t in _tensors(by_name[name], g.live, g.inits)
+        fused = _compared(g, by_name[name])
+        per[name] = [t for t in _tensors(by_name[name], g.live, g.inits) + ([fused] if fused else [])
                      if t in g.types and g.types[t].tensor_type.elem_type in (1, 10, 11)]
     return list(dict.fromkeys(t for ts in per.values() for t in ts if t not in g.inputs)), per
+
+
+#: activations a quantizer fuses into the op before them: the op's quantized output is read after them
+FUSED = ("Relu", "Clip")
+
+
+def _compared(g, node) -> str | None:
+    """The tensor a layer's quantized output is compared on: its output, or, where its only reader is an
+    activation the quantizers fuse into it (a Conv's Relu: ONNX Runtime's QDQ gives the Conv's output the
+    Relu's range, TFLite fuses the two), that activation's output."""
+    if not node.output:
+        return None
+    readers = g.consumers.get(node.output[0], [])
+    if len(readers) == 1 and readers[0] < len(g.nodes) and g.nodes[readers[0]].op_type in FUSED:
+        return g.nodes[readers[0]].output[0]
+    return node.output[0]
 
 
 def layers(bench: Bench, graph_path: Path, names: list[str], work: Path) -> list[dict]:
@@ -145,12 +162,13 @@ def layers(bench: Bench, graph_path: Path, names: list[str], work: Path) -> list
         node = by_name[name]
         bench.say(f"{name} alone quantized ({i + 1}/{len(names)})")
         res, _, _ = bench.run([n for n in names if n != name])
-        own = [t for t in node.output if t in ref and t in got]
-        snr = min((snr_db(_flat(ref[t]), _flat(ref[t]) - _flat(got[t])) for t in own), default=None)
+        own = _compared(g, node)
+        snr = snr_db(_flat(ref[own]), _flat(ref[own]) - _flat(got[own])) if own in ref and own in got else None
         found = [(t, o) for t in per[name] if t in ref and (o := outliers(ref[t], _rank(g, t)))]
         channels = sorted({c for _, o in found for c in o["outlier_channels"]})
         share = min((o["others_share"] for _, o in found), default=None)
-        out.append({"node": name, "op_type": node.op_type, "output": node.output[0] if node.output else None, "snr_db": _round(snr), "sensitivity_db": _round(output_snr(res)),
+        out.append({"node": name, "op_type": node.op_type, "output": node.output[0] if node.output else None,
+                    **({"compared": own} if own and node.output and own != node.output[0] else {}), "snr_db": _round(snr), "sensitivity_db": _round(output_snr(res)),
                     "sensitivity_status": str(res.status), "outlier_channels": channels,
                     **({"others_share": share} if channels else {}),
                     **({"outlier_tensors": [t for t, o in found if o["outlier_channels"]]} if channels else {})})
@@ -173,26 +191,34 @@ def _round(v: float | None) -> float | None:
 
 
 def rescue(bench: Bench, ranked: list[str]) -> dict:
-    """The smallest float fallback found: greedy in ranking order until the target passes, then pruned back.
-    ``{"float_nodes", "checks", "tried"}`` or ``{"float_nodes": None, "why"}``."""
-    kept: list[str] = []
-    tried = []
-    for name in ranked:
-        kept.append(name)
-        bench.say(f"{len(kept)} layer{'s' * (len(kept) > 1)} in float (+{name})")
-        ok = bench.passes(kept)
-        tried.append({"float_nodes": list(kept), "passes": ok})
-        if ok:
-            break
-    else:
-        return {"float_nodes": None, "tried": tried,
-                "why": f"the target fails even with all {len(ranked)} quantized layers in float: its quantization is not the cause"}
-    for name in list(reversed(kept))[1:] if len(kept) > 1 else []:
+    """The smallest float fallback found: the shortest prefix of the ranking under which the target passes
+    (prefixes of 1, 2, 4… layers, then a bisection between the last failing and the first passing one: about
+    2·log2(N) checks), then pruned back (a layer stays float only if the target fails without it).
+    ``{"float_nodes", "tried"}`` or ``{"float_nodes": None, "why", "tried"}``."""
+    tried: list[dict] = []
+
+    def passes(nodes: list[str], what: str) -> bool:
+        bench.say(what)
+        ok = bench.passes(nodes)
+        tried.append({"float_nodes": list(nodes), "passes": ok})
+        return ok
+
+    lo, k = 0, 1  # the longest prefix known to fail (0: the variant as it is), the next to try
+    while not passes(ranked[:k], f"the {k} worst layer{'s' * (k > 1)} in float"):
+        if k >= len(ranked):
+            return {"float_nodes": None, "tried": tried,
+                    "why": f"the target fails even with all {len(ranked)} quantized layers in float: its quantization is not the cause"}
+        lo, k = k, min(2 * k, len(ranked))
+    while k - lo > 1:
+        mid = (lo + k) // 2
+        if passes(ranked[:mid], f"the {mid} worst layers in float"):
+            k = mid
+        else:
+            lo = mid
+    kept = ranked[:k]
+    for name in list(reversed(kept))[1:]:  # the last one is needed: the prefix without it fails
         trial = [n for n in kept if n != name]
-        bench.say(f"without {name} in float")
-        ok = bench.passes(trial)
-        tried.append({"float_nodes": trial, "passes": ok})
-        if ok:
+        if passes(trial, f"without {name} in float"):
             kept = trial
     return {"float_nodes": kept, "tried": tried}
 
@@ -247,7 +273,8 @@ def report_of(model_path: Path, target: str, opts, session, info, say: Callable[
     say(f"{target} as it is")
     res, _, _ = bench.run([])
     doc: dict[str, Any] = {"target": target, "status": str(res.status), "quantizer": conv.name(),
-                           "quantization": (res.artifact or {}).get("quantization") or _meta(res, "quantization"),
+                           "quantization": ((res.details or {}).get("artifact_meta") or {}).get("quantization"),
+                           **({"calibration": cal} if (cal := (res.details or {}).get("calibration")) else {}),
                            "snr_db": _round(output_snr(res)), "candidates": len(names)}
     with tempfile.TemporaryDirectory(prefix="portability-quant-report-") as tmp:
         doc["layers"] = layers(bench, Path(model_path), names, Path(tmp))
@@ -260,13 +287,6 @@ def report_of(model_path: Path, target: str, opts, session, info, say: Callable[
     doc["checks"] = bench.checks
     doc["seconds"] = round(time.monotonic() - started, 1)
     return doc
-
-
-def _meta(res, key: str):
-    for c in (res.details or {}).get("conversions") or []:
-        if isinstance(c, dict) and c.get(key):
-            return c[key]
-    return None
 
 
 def attach(report, model_path: Path, opts, say: Callable[[str], None] = lambda s: None) -> None:
