@@ -21,12 +21,13 @@ def options(targets: str | Sequence[str] = "server", *, dataset: str | os.PathLi
 
 
 def check(model, targets: str | Sequence[str] = "server", dataset: str | os.PathLike | None = None,
-          *, example_inputs=None, record_history: bool = False, **opts) -> Report:
+          *, example_inputs=None, dynamic_shapes=None, record_history: bool = False, **opts) -> Report:
     """Convert ``model`` for each target, run it there, compare with the model's own runtime.
 
     ``model``: a model file or folder (ONNX, ``.keras``, SavedModel, ``.tflite``, TF.js ``model.json``,
     ``torch.export`` ``.pt2``), or a live ``torch.nn.Module`` (with ``example_inputs``: a tensor or a tuple,
-    exported by ``torch.export``) or ``keras.Model`` (saved as ``.keras``).
+    exported by ``torch.export``; ``dynamic_shapes``: its dims left dynamic, as ``torch.export.export`` takes
+    them, e.g. a decoder's sequence and past lengths for ``generate``) or ``keras.Model`` (saved as ``.keras``).
     ``targets``: platforms or target ids, a comma-separated string or a list (``["web", "mobile/tflite-int8"]``).
     ``dataset``: an ``.npz`` with inputs ``x`` and integer labels ``y`` (adds accuracy). Other options: every
     setting of ``check`` by its name (``portability.settings.options.SETTINGS``, listed below), e.g. ``shapes``
@@ -43,7 +44,7 @@ def check(model, targets: str | Sequence[str] = "server", dataset: str | os.Path
 
     settings = options(targets, dataset=dataset, **opts)
     with tempfile.TemporaryDirectory(prefix="portability-live-") as tmp:
-        path = live.materialize(model, example_inputs, Path(tmp)) if live.kind(model) else Path(model)
+        path = live.materialize(model, example_inputs, Path(tmp), dynamic_shapes) if live.kind(model) else Path(model)
         report = run_check(path, settings)
         if settings.localize:
             from portability.explain.localize import attach

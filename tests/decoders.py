@@ -73,3 +73,48 @@ def decoder(path: Path, layers: int = 2, seed: int = 0, with_past: bool = True) 
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def torch_decoder_module(seed: int = 0) -> tuple:
+    """The same kind of decoder written in PyTorch, with what ``torch.export`` needs (the module, example
+    inputs, its sequence and past lengths dynamic): ``input_ids``, ``past_key_values_0_key/value`` (a program's
+    inputs are its arguments' names) in; a dict of ``logits``, ``present.0.key/value`` out. No mask and no
+    positions come in: the position offset is read from the past's length, ``past.shape[2]``, as decoders do —
+    a Python int while tracing, which a tracer that runs the program at fixed shapes freezes into the graph."""
+    import torch
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = torch.Generator().manual_seed(seed)
+            p = lambda *shape: torch.nn.Parameter(torch.randn(*shape, generator=g))
+            self.tok, self.pos, self.out = p(VOCAB, HIDDEN), p(MAX_POS, HIDDEN), p(HIDDEN, VOCAB)
+            self.wq, self.wk, self.wv = p(HIDDEN, HIDDEN), p(HIDDEN, HIDDEN), p(HIDDEN, HIDDEN)
+
+        def forward(self, input_ids, past_key_values_0_key, past_key_values_0_value):
+            past = past_key_values_0_key.shape[2]
+            positions = torch.ones_like(input_ids).cumsum(-1) - 1 + past  # past .. past + sequence - 1
+            h = self.tok[input_ids] + self.pos[positions]
+            heads = lambda x: x.reshape(x.shape[0], -1, HEADS, HEAD_DIM).transpose(1, 2)
+            q = heads(h @ self.wq)
+            k = torch.cat([past_key_values_0_key, heads(h @ self.wk)], 2)
+            v = torch.cat([past_key_values_0_value, heads(h @ self.wv)], 2)
+            key_positions = torch.ones_like(k[0, 0, :, 0], dtype=torch.long).cumsum(0) - 1
+            causal = key_positions[None, None, None, :] <= positions[:, None, :, None]
+            scores = (q @ k.transpose(-1, -2) / HEAD_DIM ** 0.5).masked_fill(~causal, -1e4)
+            c = (scores.softmax(-1) @ v).transpose(1, 2).reshape(h.shape[0], -1, HIDDEN)
+            return {"logits": (h + c) @ self.out, "present.0.key": k, "present.0.value": v}
+
+    ids, past = torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, HEADS, 2, HEAD_DIM)
+    seq, length = torch.export.Dim("sequence_length", max=64), torch.export.Dim("past_sequence_length", max=128)
+    dims = {"input_ids": {1: seq}, "past_key_values_0_key": {2: length}, "past_key_values_0_value": {2: length}}
+    return Decoder().eval(), (ids, past, past.clone()), dims
+
+
+def torch_decoder(path: Path, seed: int = 0) -> Path:
+    """``torch_decoder_module`` exported by ``torch.export`` and saved as a program (``.pt2``)."""
+    import torch
+
+    module, example, dims = torch_decoder_module(seed)
+    torch.export.save(torch.export.export(module, example, dynamic_shapes=dims), str(path))
+    return path

@@ -4,7 +4,11 @@ TorchScript-based exporter (``dynamo=False``; deprecated upstream, taken only wh
 ``--via OnnxFromTorchScript``). Inputs and outputs get the source's names. The program is opened through
 ``portability.sources.torch_export`` (vetted: nothing is unpickled).
 
-Options: ``opset`` (default 18)."""
+Options: ``opset`` (default 18); ``dynamic`` (``OnnxFromTorchScript``: the program's dynamic dims declared
+dynamic in the graph, ``dynamic_axes``, as a decoder's cache that grows needs; ``check --generate`` sets it).
+The tracer runs the program at the check's shapes: every size the program reads from a shape becomes a
+constant of the graph at its traced value (a position offset read from the past's length, say), whatever
+the graph then declares; the dynamo exporter keeps them symbolic."""
 from __future__ import annotations
 
 import re
@@ -59,10 +63,16 @@ def _op(message: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _Eval(module):
+def _Eval(module, example: tuple):
     """The program's module for the TorchScript tracer, which calls ``train(False)``: an exported
-    program's module refuses ``train()``, so it is held without being registered as a submodule."""
+    program's module refuses ``train()``, so it is held without being registered as a submodule. Its inputs
+    are checked against the program's constraints once, on ``example``, outside the tracer: a program read
+    without its guards code (``open_program``) checks them on its symbolic sizes, which recurse under it."""
     import torch
+
+    with torch.no_grad():
+        module(*example)
+    module.validate_inputs = False
 
     class Eval(torch.nn.Module):
         def forward(self, *args):
@@ -73,6 +83,12 @@ def _Eval(module):
     m = Eval()
     object.__setattr__(m, "_program", module)
     return m
+
+
+def _dynamic_axes(sig: dict) -> dict[str, dict[int, str]]:
+    """The signature's dynamic dims (None), named for ``dynamic_axes``: each tensor's own."""
+    return {t["name"]: {i: f"{t['name']}_{i}" for i, d in enumerate(t["shape"]) if d is None}
+            for t in sig["inputs"] + sig["outputs"] if None in t["shape"]}
 
 
 class _TorchToOnnx(Converter):
@@ -102,7 +118,9 @@ class _TorchToOnnx(Converter):
             if self.dynamo:  # its own names: the source's may be those of inner values too (renamed below)
                 torch.onnx.export(ep, _example(ctx), str(out), dynamo=True, external_data=False, opset_version=opset)
             else:
-                torch.onnx.export(_Eval(ep.module()), _example(ctx), str(out), dynamo=False, opset_version=opset, **names)
+                dyn = _dynamic_axes(ctx.signature) if options.get("dynamic") else None
+                torch.onnx.export(_Eval(ep.module(), _example(ctx)), _example(ctx), str(out), dynamo=False,
+                                  opset_version=opset, dynamic_axes=dyn or None, **names)
         except Exception as e:
             msg = _message(e)
             raise ConvertError(f"torch.onnx.export (dynamo={self.dynamo}) failed: {msg}", op=_op(msg)) from None
@@ -121,3 +139,5 @@ class OnnxFromTorch(_TorchToOnnx):
 class OnnxFromTorchScript(_TorchToOnnx):
     dynamo = False
     cost = 5
+    #: a decoder's cache grows a step at a time: its dims declared dynamic (the traced sizes stay constants)
+    generation_options = {"dynamic": True}

@@ -6,7 +6,10 @@ Hugging Face Optimum's layout (``decoder_model.onnx``, ``decoder_with_past_model
 ``decoder_model_merged.onnx``), and torch.onnx exports that follow its names: ``input_ids``,
 ``attention_mask``, ``position_ids``, ``past_key_values.N.key`` / ``.value`` (``[batch, heads, past, head
 dim]``) and ``use_cache_branch`` in; ``logits`` and ``present.N.key`` / ``.value`` out. An encoder-decoder's
-decoder names its past ``past_key_values.N.decoder.key`` and ``.encoder.key``: only the decoder's grow.
+decoder names its past ``past_key_values.N.decoder.key`` and ``.encoder.key``: only the decoder's grow. A
+``torch.export`` program's inputs are its arguments' names, so ``_`` separates there as well as ``.``
+(``past_key_values_0_key``); its outputs are a returned dict's keys (``present.0.key``); each past's present is
+found by layer and kind, whatever the separators.
 """
 from __future__ import annotations
 
@@ -16,9 +19,9 @@ from dataclasses import dataclass
 from portability.core.model import ModelInfo, TensorSpec
 
 #: a past tensor of the decoder's own cache (not an encoder-decoder's cross-attention cache)
-_PAST = re.compile(r"past_key_values?\.(\d+)\.(decoder\.)?(key|value)", re.IGNORECASE)
-_CROSS = re.compile(r"past_key_values?\.(\d+)\.encoder\.(key|value)", re.IGNORECASE)
-_PRESENT = re.compile(r"present\.(\d+)\.((de|en)coder\.)?(key|value)", re.IGNORECASE)
+_PAST = re.compile(r"past_key_values?[._](\d+)[._](decoder[._])?(key|value)", re.IGNORECASE)
+_CROSS = re.compile(r"past_key_values?[._](\d+)[._]encoder[._](key|value)", re.IGNORECASE)
+_PRESENT = re.compile(r"present[._](\d+)[._]((de|en)coder[._])?(key|value)", re.IGNORECASE)
 #: the axis of a past tensor that counts positions (``[batch, heads, past, head dim]``)
 PAST_AXIS = 2
 
@@ -34,6 +37,8 @@ class Layout:
     mask: str | None = None
     positions: str | None = None
     cache_branch: str | None = None
+    #: the output that returns each past's next value, in ``past``'s order (``present.N.key``)
+    presents: tuple[str, ...] = ()
 
     def describe(self, past_len: int, seq_len: int) -> str:
         """The note a check makes of it."""
@@ -71,11 +76,22 @@ def layout_of(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -
     mask = next((n for n in ("attention_mask", "decoder_attention_mask") if n in names and len(names[n].shape) == 2), None)
     return Layout(ids=ids, past=past, cross=cross, mask=mask,
                   positions=next((n for n in ("position_ids", "decoder_position_ids") if n in names), None),
-                  cache_branch="use_cache_branch" if "use_cache_branch" in names else None)
+                  cache_branch="use_cache_branch" if "use_cache_branch" in names else None,
+                  presents=tuple(present_of(p, presents) for p in past))
+
+
+def present_of(past: str, presents: list[str]) -> str:
+    """The output among ``presents`` that returns ``past``'s next value: the same layer and kind (key or
+    value), the decoder's own where an encoder-decoder returns both; ``present.N.key`` where none does."""
+    m = _PAST.fullmatch(past)
+    layer, kind = int(m.group(1)), m.group(3).lower()
+    same = [(o, q) for o in presents if (q := _PRESENT.fullmatch(o)) and int(q.group(1)) == layer and q.group(4).lower() == kind]
+    own = [o for o, q in same if (q.group(3) or "").lower() != "en"]
+    return own[0] if own else f"present.{layer}.{'decoder.' if m.group(2) else ''}{kind}"
 
 
 def _order(name: str) -> tuple[int, str]:
-    m = re.search(r"\.(\d+)\.", name)
+    m = re.search(r"[._](\d+)[._]", name)
     return (int(m.group(1)) if m else 0, name)
 
 

@@ -1,6 +1,6 @@
 """Greedy decoding with the key/value cache, one token per step, over any runtime's one inference (``step``):
 prefill with the prompt, then each step feeds the last token, the cache the step before returned (its
-``present.N.*`` become ``past_key_values.N.*``), a mask over past + 1 and the next position.
+``present.N.*`` become ``past_key_values.N.*``: ``Layout.presents``), a mask over past + 1 and the next position.
 
 Run free (each step's own argmax fed back: the tokens a user gets) or teacher-forced (each step fed the
 reference's token: the logits' drift measured without compounding). A decoder without past inputs is run
@@ -42,12 +42,6 @@ class Decoded:
         """Decode speed: the median step after the prefill."""
         rest = self.step_ms[1:]
         return 1e3 / float(np.median(rest)) if rest and np.median(rest) > 0 else None
-
-
-def _present_of(past: str) -> str:
-    """``past_key_values.0.key`` -> ``present.0.key`` (``.decoder.`` kept)."""
-    tail = past.split(".", 1)[1]
-    return f"present.{tail}"
 
 
 def _empty_past(spec: TensorSpec, batch: int) -> np.ndarray:
@@ -94,8 +88,7 @@ def decode(step: Step, lay: Layout, inputs: tuple[TensorSpec, ...], prompt: list
         nxt = teacher[i] if teacher is not None and i < len(teacher) else tok
         seq.append(nxt)
         fed = [nxt]
-        for p in lay.past:
-            pres = _present_of(p)
+        for p, pres in zip(lay.past, lay.presents):
             if pres not in res:
                 raise BadInput(f"the decoder returns no '{pres}' for its input '{p}'")
             past[p] = np.asarray(res[pres])

@@ -59,10 +59,13 @@ def parse_shapes(specs: list[str] | None, model: ModelInfo) -> dict[str, tuple[i
             name, dims = names[0], s
         if name not in names:
             raise UsageError(f"--shape names unknown input '{name}' (inputs: {', '.join(names)})")
-        if not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*", dims):
+        if not re.fullmatch(r"\d+(x\d+)*", dims):
             raise UsageError(f"--shape '{s}': dims must be positive, like 1x3x224x224")
         shape = tuple(int(d) for d in dims.split("x"))
         spec = next(i for i in model.inputs if i.name == name)
+        if 0 in shape and not _empty_past(model, name, shape):
+            raise UsageError(f"--shape '{s}': dims must be positive, like 1x3x224x224 (a decoder's past "
+                             f"alone may be empty: its length 0, the prefill)")
         if len(shape) != len(spec.shape):
             raise UsageError(f"--shape '{s}': input '{name}' has rank {len(spec.shape)}, got {len(shape)} dims")
         for want, got in zip(spec.shape, shape):
@@ -70,6 +73,13 @@ def parse_shapes(specs: list[str] | None, model: ModelInfo) -> dict[str, tuple[i
                 raise UsageError(f"--shape '{s}': input '{name}' has a fixed shape {_fmt(spec.shape)}")
         out[name] = shape
     return out
+
+
+def _empty_past(model: ModelInfo, name: str, shape: tuple[int, ...]) -> bool:
+    """True for a decoder's past key/value input whose length alone is 0 (``core/decoder.py``): the prefill."""
+    lay = decoder.layout(model)
+    return (lay is not None and name in lay.past and len(shape) > decoder.PAST_AXIS
+            and [i for i, d in enumerate(shape) if d == 0] == [decoder.PAST_AXIS])
 
 
 #: the height and width of an image input whose size the model does not say (a common training size)

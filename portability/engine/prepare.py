@@ -122,7 +122,7 @@ def calibration(model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir:
             raise UsageError("give --calibration FILE or --calibrate-on-eval, not both")
         rows = read_calibration(model, Path(opts.calibration), sample_shapes(model, feeds, opts))
         save_feeds({k: v[:, None] for k, v in rows.items()}, path, in_names)  # one sample per batch: rows again
-        shared = _shared(rows, {k: v.reshape((-1,) + v.shape[2:]) for k, v in feeds.arrays.items()})
+        shared = _shared(rows, {k: v.reshape((v.shape[0] * v.shape[1],) + v.shape[2:]) for k, v in feeds.arrays.items()})
         facts = {"source": "file", "given": len(next(iter(rows.values()))), "held_out": not shared,
                  "path": str(opts.calibration), **({"shared": shared} if shared else {})}
         return Calibration(str(path), "file", facts)

@@ -156,7 +156,8 @@ class OrtWeb(WebRuntime):
 
         specs = {s.name: s for s in inputs}
         names = {"ids": layout.ids, "mask": layout.mask, "positions": layout.positions,
-                 "cacheBranch": layout.cache_branch, "past": list(layout.past)}
+                 "cacheBranch": layout.cache_branch, "past": list(layout.past),
+                 "presents": list(layout.presents)}
         dims = {p: [specs[p].shape[1], specs[p].shape[PAST_AXIS + 1]] for p in layout.past}
         if any(not isinstance(d, int) for pair in dims.values() for d in pair):
             raise RunError("--generate: the past's heads or head size are dynamic: fix them with --shape")

@@ -47,7 +47,7 @@ class TorchEager(Runtime):
     def _call(self, xs: tuple) -> list[np.ndarray]:
         with self._torch.inference_mode():
             y = self.module(*xs)
-        ys = y if isinstance(y, (list, tuple)) else [y]
+        ys = list(y.values()) if isinstance(y, dict) else y if isinstance(y, (list, tuple)) else [y]  # a dict: by its keys
         return [v.detach().numpy() for v in ys]
 
     def _args(self, feeds: dict[str, np.ndarray]) -> tuple:

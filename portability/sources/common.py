@@ -67,4 +67,4 @@ class GradientAdapter:
 
     def _outs(self, ts) -> list:
         y = self.forward(ts)
-        return list(y) if isinstance(y, (list, tuple)) else [y]
+        return list(y.values()) if isinstance(y, dict) else list(y) if isinstance(y, (list, tuple)) else [y]

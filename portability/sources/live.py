@@ -19,8 +19,9 @@ def kind(obj: Any) -> str | None:
     return None
 
 
-def materialize(obj: Any, example_inputs: Any, folder: Path) -> Path:
-    """Write the live model ``obj`` into ``folder`` in its framework's own format; the file's path."""
+def materialize(obj: Any, example_inputs: Any, folder: Path, dynamic_shapes: Any = None) -> Path:
+    """Write the live model ``obj`` into ``folder`` in its framework's own format; the file's path.
+    ``dynamic_shapes``: a torch module's dims left dynamic (``torch.export.export``'s argument)."""
     k = kind(obj)
     if k == "torch":
         import torch
@@ -30,7 +31,7 @@ def materialize(obj: Any, example_inputs: Any, folder: Path) -> Path:
         args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
         args = tuple(torch.as_tensor(a) for a in args)
         try:
-            program = torch.export.export(obj.eval(), args)
+            program = torch.export.export(obj.eval(), args, dynamic_shapes=dynamic_shapes)
         except Exception as e:
             raise UsageError(f"torch.export.export failed on the module: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}") from None
         path = folder / "model.pt2"

@@ -346,8 +346,17 @@ def signature(ep) -> tuple[list, list]:
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     vals = [a.meta.get("val") if hasattr(a, "meta") else None for a in out_node.args[0]]
     outputs = [spec(name, str(v.dtype).removeprefix("torch.") if v is not None else "float32", _dims(v))
-               for name, v in zip(sig.user_outputs, vals)]
+               for name, v in zip(_keys(ep, len(vals)) or sig.user_outputs, vals)]
     return inputs, outputs
+
+
+def _keys(ep, n: int) -> list[str] | None:
+    """The keys of a program that returns one flat dict (``{"logits": ..., "present.0.key": ...}``, as a
+    language model does): its outputs' names, in its order; None otherwise (the graph's own names)."""
+    out = getattr(getattr(ep, "call_spec", None), "out_spec", None)
+    keys = getattr(out, "context", None) if getattr(out, "type", None) is dict else None
+    ok = isinstance(keys, list) and len(set(keys)) == len(keys) == n == out.num_leaves
+    return keys if ok and all(isinstance(k, str) and k for k in keys) else None
 
 
 def load(path) -> ModelInfo:

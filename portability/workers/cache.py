@@ -210,7 +210,7 @@ class Cache:
 def convert_context(job, feeds: dict[str, np.ndarray]) -> ConvertContext:
     """What a job's converters get (``core.protocol.Job``; ``feeds``: its calibration feeds, else its feeds), the
     calibration samples' source as the check says it (``engine/prepare.py``: "dataset", "file" or "synthesized")."""
-    samples = {k: v.reshape((-1,) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
+    samples = {k: v.reshape((v.shape[0] * v.shape[1],) + v.shape[2:]) if v.ndim >= 2 else v for k, v in feeds.items()}
     source = getattr(job, "calibration_source", "") or job.feeds_source
     return ConvertContext(calibration=samples, calibration_source=source, timeout_s=job.convert_timeout_s,
                           input_shapes=job.input_shapes or None, signature=job.signature)

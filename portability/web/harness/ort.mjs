@@ -89,7 +89,8 @@ export async function create(cfg) {
     },
     // Greedy decoding in the page: prefill with the prompt, then one token a step, the cache kept in the
     // engine's own tensors (the step's present.* fed back as past_key_values.*) — never back to Python.
-    // spec: {prompt, steps, teacher (or null), names: {ids, mask, positions, cacheBranch, past: [...]},
+    // spec: {prompt, steps, teacher (or null), names: {ids, mask, positions, cacheBranch, past: [...],
+    // presents: [the output returning each past's next value]},
     // pastDims: {name: [heads, headDim]}, int64: [names fed as int64]}. Returns each step's token, its
     // last-position logits and its milliseconds.
     async generate(spec) {
@@ -127,7 +128,7 @@ export async function create(cfg) {
         seq.push(next);
         fed = [next];
         const kept = {};
-        for (const name of n.past) kept[name] = res[name.replace('past_key_values', 'present')];
+        n.past.forEach((name, j) => { kept[name] = res[n.presents[j]]; });
         for (const [name, t] of Object.entries(res)) if (!Object.values(kept).includes(t) && t.dispose) t.dispose();
         past = kept;
       }
