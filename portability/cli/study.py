@@ -79,7 +79,8 @@ def study(
     seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Train each framework, model and dataset this many times (seeds --seed, --seed+1, …): the tables give mean ± standard deviation, and a framework difference is called significant only beyond the seed spread (Welch's t-test). Default: 3 in the full profile, 1 otherwise."),
     localize: Optional[bool] = typer.Option(None, "--localize/--no-localize", help="Localize every drifting target (portability localize on the row's samples): its first diverging op, in the row's JSON and the failure table; a target that drifts with several seeds is localized on the first. Default: on in the full profile."),
     same_weights: Optional[bool] = typer.Option(None, "--same-weights/--no-same-weights", help="Also load each PyTorch model's trained weights into the Keras and MXNet definitions of the same architecture (layouts converted, no training), compare their outputs with PyTorch's before any export, and deploy them too: the frameworks' computation and export paths with the training taken out. Default: on in the full profile."),
-    zoo: str = typer.Option("founding", "--zoo", help="Which models: founding (the founding study's LeNets, ResNet-20 and LSTM, trained in each framework) or transformers (tiny BERT, ViT, GPT-2 with and without its cache, wav2vec2, Whisper's encoder and T5, built from their Hugging Face configurations with random weights, each as ONNX and as a .pt2; --models picks some; needs `portability setup transformers`)."),
+    zoo: str = typer.Option("founding", "--zoo", help="Which models: founding (the founding study's LeNets, ResNet-20 and LSTM, trained in each framework), transformers (tiny BERT, ViT, GPT-2 with and without its cache, wav2vec2, Whisper's encoder and T5, built from their Hugging Face configurations with random weights, each as ONNX and as a .pt2; --models picks some; needs `portability setup transformers`) or generation (tiny GPT-2, Llama and Qwen2 decoders built the same way, exported in Optimum's layout with their cache, each checked with check --generate: tokens matched and tokens/s per target; docs/generation.md)."),
+    steps: Optional[int] = typer.Option(None, "--generate", min=1, help="The generation zoo: tokens each model decodes greedily on every target (default 16)."),
     quiet: QuietOpt = False,
     cache_dir: Optional[Path] = None,
     jobs: Optional[int] = None,
@@ -101,7 +102,9 @@ def study(
         return _tables_only(tables_of, markdown_path)
     if zoo != "founding":
         return _transformers(zoo, (frameworks, datasets, seeds, same_weights), _split(models), targets, quick, profile,
-                             bool(localize), seed, cache_dir, json_path, markdown_path, quiet)
+                             bool(localize), seed, cache_dir, json_path, markdown_path, quiet, steps)
+    if steps is not None:
+        raise UsageError("--generate is the generation zoo's (--zoo generation)")
     if quick and profile and profile != "quick":
         raise UsageError("give --quick or --profile, not both")
     o = StudyOptions(frameworks=_split(frameworks), archs=_split(models), datasets=_split(datasets), targets=targets,
@@ -163,18 +166,24 @@ def _tables_only(path: Path, markdown_path: Optional[Path]) -> int:
 
 
 def _transformers(zoo, founding_only, models, targets, quick, profile, localize, seed, cache_dir, json_path,
-                  markdown_path, quiet) -> int:
+                  markdown_path, quiet, steps=None) -> int:
     """``study --zoo transformers``: every model file of the transformer zoo checked (and localized)."""
     from rich.console import Console
 
     from portability.cli import outputs
     from portability.core.errors import UsageError
 
-    if zoo != "transformers":
-        raise UsageError(f"unknown zoo {zoo!r} (founding or transformers)")
+    if zoo not in ("transformers", "generation"):
+        raise UsageError(f"unknown zoo {zoo!r} (founding, transformers or generation)")
     if any(founding_only):
         raise UsageError("--frameworks, --datasets, --seeds and --same-weights are the founding zoo's: "
-                         "the transformer zoo builds each model once, from its configuration")
+                         f"the {zoo} zoo builds each model once, from its configuration")
+    if zoo == "generation":
+        if localize:
+            raise UsageError("--localize is not the generation zoo's: check a drifting target with `portability localize`")
+        return _generation(models, targets, quick, profile, seed, cache_dir, json_path, markdown_path, quiet, steps)
+    if steps is not None:
+        raise UsageError("--generate is the generation zoo's (--zoo generation)")
     from portability.core.sandbox import default_mode
     from portability.engine.session import Session
     from portability.report.files import write_atomic
@@ -196,4 +205,33 @@ def _transformers(zoo, founding_only, models, targets, quick, profile, localize,
         err.print(f"tables: {markdown_path}")
     print(md)
     err.print(f"study done in {result['seconds']['total']:.0f} s ({len(result['rows'])} model files)")
+    return 0
+
+
+def _generation(models, targets, quick, profile, seed, cache_dir, json_path, markdown_path, quiet, steps) -> int:
+    """``study --zoo generation``: each decoder of the generation zoo checked with ``--generate``."""
+    from rich.console import Console
+
+    from portability.cli import outputs
+    from portability.core.sandbox import default_mode
+    from portability.engine.session import Session
+    from portability.report.files import write_atomic
+    from portability.study import generation as gz
+
+    chosen = gz.names(models)
+    spec = targets or gz.DEFAULT_TARGETS["quick" if quick or profile == "quick" else "full"]
+    outputs.require_writable(json_path, None, None, markdown_path)
+    err = Console(stderr=True)
+    with Session(default_mode(), ()) as session:
+        result = gz.run_zoo(chosen, spec, session, Path(cache_dir) if cache_dir else None, seed, steps or gz.DEFAULT_STEPS,
+                            _Progress(err, quiet, None))
+    if json_path:
+        _write_json(json_path, result)
+        err.print(f"study: {json_path}")
+    md = gz.table(result)
+    if markdown_path:
+        write_atomic(markdown_path, md + "\n")
+        err.print(f"tables: {markdown_path}")
+    print(md)
+    err.print(f"study done in {result['seconds']['total']:.0f} s ({len(result['rows'])} models)")
     return 0

@@ -77,8 +77,10 @@ def breaches(metrics: dict, t: dict) -> list[str]:
                    f"has {ref[k] if k < len(ref) else '–'} (reference margin {_num(g.get('margin'))}); "
                    f"{g['matched']} of {len(ref)} tokens match")
     tf = g.get("teacher_forced") or {}
-    if tf and t.get("max_abs") is not None and tf.get("max_abs", 0) > t["max_abs"] * max(1.0, _scale(g)):
-        out.append(f"generation: teacher-forced logits max_abs {tf['max_abs']:.3g} > {t['max_abs']}")
+    bound = t["max_abs"] * max(1.0, _scale(g)) if t.get("max_abs") is not None else None
+    if tf and bound is not None and tf.get("max_abs", 0) > bound:  # said with the bound it was judged by (scaled)
+        out.append(f"generation: teacher-forced logits max_abs {tf['max_abs']:.3g} > {bound:.3g}"
+                   + (f" ({t['max_abs']} x the logits' magnitude {_scale(g):.3g})" if _scale(g) > 1 else ""))
     if tf and t.get("cosine") is not None and tf.get("cosine", 1.0) < t["cosine"]:
         out.append(f"generation: teacher-forced logits cosine {tf['cosine']:.6f} < {t['cosine']}")
     return out

@@ -146,7 +146,14 @@ def build(name: str, root: Path, log: Callable[[str], None] = lambda s: None) ->
     """The folder holding ``name``'s ``.onnx`` and ``.pt2`` (built unless cached under ``root``)."""
     cfg, settings, model, inputs = CORPUS[name]
     spec = {"config": cfg, "settings": settings, "model": model, "inputs": inputs, "names": list(inputs)}
-    digest = hashlib.sha256(json.dumps([spec, BUILD, VERSION], sort_keys=True).encode()).hexdigest()[:16]
+    return built(name, spec, BUILD, root, log)
+
+
+def built(name: str, spec: dict, program: str, root: Path, log: Callable[[str], None] = lambda s: None) -> Path:
+    """The folder where ``program`` (run with ``transformers`` on its path, the hub offline, given ``spec`` as
+    JSON and the files' stem) wrote ``name.onnx``, built unless cached under ``root`` (by a digest of the
+    spec, the program and the package's version)."""
+    digest = hashlib.sha256(json.dumps([spec, program, VERSION], sort_keys=True).encode()).hexdigest()[:16]
     folder = root / f"{name}-{digest}"
     if (folder / ".built").is_file():
         return folder
@@ -157,7 +164,7 @@ def build(name: str, root: Path, log: Callable[[str], None] = lambda s: None) ->
     log(f"building {name} from its configuration (random weights, seed 0)")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([str(TOOL.folder / "site")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    p = subprocess.run([sys.executable, "-c", BUILD, json.dumps(spec), str(folder / name)], env=env,
+    p = subprocess.run([sys.executable, "-c", program, json.dumps(spec), str(folder / name)], env=env,
                        capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if p.returncode != 0 or not (folder / f"{name}.onnx").is_file():
         lines = [ln for ln in p.stderr.splitlines() if ln.strip() and "Warning" not in ln]
