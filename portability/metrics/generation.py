@@ -61,6 +61,11 @@ def compute(ev) -> tuple[dict, list[str]]:
 
 
 def _speed(ev) -> dict:
+    """Time to first token and tokens/s; missing, with the reason, where the target's latency is not timed
+    (an emulator's or a software GPU adapter's speed is no device's: ``--time-emulated`` times it)."""
+    skipped = (ev.worker.latency or {}).get("skipped")
+    if skipped:
+        return {"ttft_ms": None, "tokens_per_s": None, "speed_skipped": skipped}
     g = (ev.worker.details or {}).get("generation") or {}
     return {"ttft_ms": g.get("ttft_ms"), "tokens_per_s": g.get("tokens_per_s")}
 
