@@ -201,9 +201,10 @@ class QdqInt8FromOnnx(_OrtQuant):
 
     @classmethod
     def _op_types(cls) -> set[str]:
-        from onnxruntime.quantization.registry import QDQRegistry
+        """What ``quantize_static`` quantizes when not told which op types: its QDQ and QLinear registries'."""
+        from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-        return set(QDQRegistry)
+        return set(QDQRegistry) | set(QLinearOpsRegistry)
 
     def convert(self, src: Artifact, out_dir: Path, options: dict[str, Any], ctx: ConvertContext) -> Artifact:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
