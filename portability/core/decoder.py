@@ -39,6 +39,11 @@ class Layout:
     cache_branch: str | None = None
     #: the output that returns each past's next value, in ``past``'s order (``present.N.key``)
     presents: tuple[str, ...] = ()
+    #: an encoder-decoder's decoder: the encoder's output and mask it reads (fixed over the steps), and the
+    #: outputs that return the cross-attention cache, in ``cross``'s order (``present.N.encoder.key``)
+    states: str | None = None
+    states_mask: str | None = None
+    cross_presents: tuple[str, ...] = ()
 
     def describe(self, past_len: int, seq_len: int) -> str:
         """The note a check makes of it."""
@@ -50,6 +55,11 @@ class Layout:
             parts.append(f"'{self.positions}' counting on from the past ({past_len}..{past_len + seq_len - 1})")
         if self.cache_branch:
             parts.append(f"'{self.cache_branch}' {'on' if past_len else 'off'}")
+        if self.states:
+            parts.append(f"an encoder-decoder's decoder: '{self.states}' (batch, encoder sequence, width)"
+                         + (f", '{self.states_mask}'" if self.states_mask else "")
+                         + (f" and {len(self.cross) // 2} layers of cross-attention past" if self.cross else "")
+                         + " over the same encoder sequence")
         return (f"read as a causal language model's decoder (Optimum's layout, by its inputs' names): "
                 + "; ".join(parts) + "; give --inputs FILE.npz to set them")
 
@@ -74,10 +84,13 @@ def layout_of(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -
     if past and any(len(names[p].shape) != 4 for p in past):
         return None
     mask = next((n for n in ("attention_mask", "decoder_attention_mask") if n in names and len(names[n].shape) == 2), None)
+    states = "encoder_hidden_states" if "encoder_hidden_states" in names else None
     return Layout(ids=ids, past=past, cross=cross, mask=mask,
                   positions=next((n for n in ("position_ids", "decoder_position_ids") if n in names), None),
                   cache_branch="use_cache_branch" if "use_cache_branch" in names else None,
-                  presents=tuple(present_of(p, presents) for p in past))
+                  presents=tuple(present_of(p, presents) for p in past), states=states,
+                  states_mask="encoder_attention_mask" if states and "encoder_attention_mask" in names else None,
+                  cross_presents=tuple(_cross_present(c, presents) for c in cross))
 
 
 def present_of(past: str, presents: list[str]) -> str:
@@ -88,6 +101,15 @@ def present_of(past: str, presents: list[str]) -> str:
     same = [(o, q) for o in presents if (q := _PRESENT.fullmatch(o)) and int(q.group(1)) == layer and q.group(4).lower() == kind]
     own = [o for o, q in same if (q.group(3) or "").lower() != "en"]
     return own[0] if own else f"present.{layer}.{'decoder.' if m.group(2) else ''}{kind}"
+
+
+def _cross_present(past: str, presents: list[str]) -> str:
+    """The output that returns the cross-attention past ``past`` (``present.N.encoder.key``)."""
+    m = _CROSS.fullmatch(past)
+    layer, kind = int(m.group(1)), m.group(2).lower()
+    return next((o for o in presents if (q := _PRESENT.fullmatch(o)) and int(q.group(1)) == layer
+                 and q.group(4).lower() == kind and (q.group(3) or "").lower() == "en"),
+                f"present.{layer}.encoder.{kind}")
 
 
 def _order(name: str) -> tuple[int, str]:
@@ -112,4 +134,11 @@ def consistent(model: ModelInfo, shapes: dict[str, tuple[int, ...]], given: set[
     out = dict(shapes)
     if lay.mask and lay.mask not in given and len(out[lay.mask]) == 2:
         out[lay.mask] = (out[lay.mask][0], past + seq)
+    if lay.states and len(out.get(lay.states, ())) == 3:  # the encoder's length: its mask's and cross pasts' too
+        enc = out[lay.states][1]
+        if lay.states_mask and lay.states_mask not in given and len(out[lay.states_mask]) == 2:
+            out[lay.states_mask] = (out[lay.states_mask][0], enc)
+        for c in lay.cross:
+            if c not in given and len(out[c]) == 4:
+                out[c] = out[c][:PAST_AXIS] + (enc,) + out[c][PAST_AXIS + 1:]
     return out, [lay.describe(past, seq)]

@@ -58,20 +58,23 @@ def _dtype(spec: TensorSpec) -> np.dtype:
 
 
 def decode(step: Step, lay: Layout, inputs: tuple[TensorSpec, ...], prompt: list[int], n: int,
-           teacher: list[int] | None = None) -> Decoded:
-    """``n`` greedy steps after ``prompt``; ``teacher``: the tokens to feed instead of each step's own."""
+           teacher: list[int] | None = None, context: dict[str, np.ndarray] | None = None) -> Decoded:
+    """``n`` greedy steps after ``prompt``; ``teacher``: the tokens to feed instead of each step's own;
+    ``context``: feeds every step gets as they are (an encoder-decoder's ``encoder_hidden_states`` and mask, its
+    encoder run once). An encoder-decoder's cross-attention past starts empty and is fed what the step before
+    returned (``present.N.encoder.*``), as Optimum's merged decoder is."""
     if not prompt:
         raise BadInput("generation needs a prompt of at least one token")
     specs = {s.name: s for s in inputs}
     out = Decoded()
     seq = list(prompt)
-    past: dict[str, np.ndarray] = {p: _empty_past(specs[p], 1) for p in lay.past}
+    past: dict[str, np.ndarray] = {p: _empty_past(specs[p], 1) for p in lay.past + lay.cross}
     fed = list(prompt)  # what this step feeds: the prompt, then one token
     for i in range(n):
         past_len = len(seq) - len(fed) if lay.past else 0
         if not lay.past:
             fed = list(seq)  # no cache: the whole sequence again
-        feeds = _feeds(lay, specs, fed, past_len, past)
+        feeds = {**(context or {}), **_feeds(lay, specs, fed, past_len, past)}
         t0 = time.perf_counter()
         try:
             res = step(feeds)
@@ -88,7 +91,7 @@ def decode(step: Step, lay: Layout, inputs: tuple[TensorSpec, ...], prompt: list
         nxt = teacher[i] if teacher is not None and i < len(teacher) else tok
         seq.append(nxt)
         fed = [nxt]
-        for p, pres in zip(lay.past, lay.presents):
+        for p, pres in zip(lay.past + lay.cross, lay.presents + lay.cross_presents):
             if pres not in res:
                 raise BadInput(f"the decoder returns no '{pres}' for its input '{p}'")
             past[p] = np.asarray(res[pres])
@@ -104,7 +107,7 @@ def _feeds(lay: Layout, specs: dict[str, TensorSpec], fed: list[int], past_len: 
         feeds[lay.positions] = np.arange(past_len, past_len + len(fed), dtype=_dtype(specs[lay.positions]))[None]
     if lay.cache_branch:
         feeds[lay.cache_branch] = np.asarray([past_len > 0])
-    for p in lay.past:
+    for p in lay.past + lay.cross:
         feeds[p] = past[p].astype(_dtype(specs[p]), copy=False)
     return feeds
 

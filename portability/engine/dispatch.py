@@ -69,7 +69,8 @@ class Dispatch:
                                    prepared.calibration_facts)
         self.targets = chosen.targets
         self.gate = TimingGate(opts.jobs)
-        self.readable = confine.readable(model.path, prepared.workdir, opts.cache_dir)
+        self.readable = confine.readable(model.path, prepared.workdir, opts.cache_dir) + tuple(
+            str(Path(e).absolute().parent) for e in [getattr(opts, "encoder", None)] if e)  # --generate's encoder
         #: a session's services (``engine/session.py``: several checks share them), else the check's own
         self.services = services or Services(confine.shared(opts.sandbox, self.readable), opts.resident)
         self._own_services = services is None

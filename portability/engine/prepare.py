@@ -83,11 +83,42 @@ def generation(model: ModelInfo, opts: CheckOptions) -> dict:
     if lay is None:
         raise UsageError("--generate needs a causal language model's decoder: input_ids with past key/value inputs "
                          "(past_key_values.N.key/value) or present outputs, as Optimum exports them")
+    if lay.states:
+        return _encoder_decoder(model, opts)
     vocab = model.index_bounds.get(lay.ids)
     prompt = list(opts.prompt_ids) or default_prompt(vocab, seed=opts.seed)
     if vocab and max(prompt) >= vocab:
         raise UsageError(f"--prompt-ids: token {max(prompt)} is outside the vocabulary (0..{vocab - 1})")
     return {"steps": int(opts.generate), "prompt": prompt}
+
+
+def _encoder_decoder(model: ModelInfo, opts: CheckOptions) -> dict:
+    """``--generate`` on an encoder-decoder's decoder: the encoder (``--encoder``) each target runs once on the
+    prompt (its input ids), and the decoder's start token (``decoder_start_token_id`` of a ``config.json``
+    beside the decoder, as Optimum exports it; else 0, T5's pad id)."""
+    import json
+
+    from portability.core.generate import default_prompt
+    from portability.sources import load_source_isolated
+
+    if not getattr(opts, "encoder", None):
+        raise UsageError("--generate on an encoder-decoder's decoder (it reads encoder_hidden_states) needs its "
+                         "encoder: --encoder encoder_model.onnx")
+    enc = load_source_isolated(opts.encoder, sandbox=opts.sandbox)
+    names = [i.name for i in enc.inputs]
+    ids = next((n for n in ("input_ids", "input_features") if n in names), None)
+    if ids != "input_ids" or not enc.outputs:
+        raise UsageError(f"--encoder: an encoder of token ids (input_ids) is needed, this one takes {', '.join(names)}")
+    vocab = enc.index_bounds.get(ids)
+    prompt = list(opts.prompt_ids) or default_prompt(vocab, seed=opts.seed)
+    if vocab and max(prompt) >= vocab:
+        raise UsageError(f"--prompt-ids: token {max(prompt)} is outside the encoder's vocabulary (0..{vocab - 1})")
+    cfg = Path(model.path).parent / "config.json"
+    start = json.loads(cfg.read_text()).get("decoder_start_token_id") if cfg.is_file() else None
+    return {"steps": int(opts.generate), "prompt": prompt, "start": int(start or 0),
+            "encoder": {"source": enc.artifact().to_dict(), "signature": enc.signature(), "ids": ids,
+                        "mask": "attention_mask" if "attention_mask" in names else None,
+                        "states": next((o.name for o in enc.outputs if o.name == "last_hidden_state"), enc.outputs[0].name)}}
 
 
 #: a ``--dataset``'s calibration share, held out from evaluation: its last min(HOLD_OUT_MAX, n // HOLD_OUT_PART)

@@ -190,13 +190,19 @@ class Runtime(ABC):
     #: where ``decode``'s loop runs, for the report: "worker" (one ``infer`` a step), "page" (in a browser page)
     decodes_in: ClassVar[str] = "worker"
 
-    def decode(self, layout, inputs, prompt: list[int], steps: int, teacher: list[int] | None = None):
+    def decode(self, layout, inputs, prompt: list[int], steps: int, teacher: list[int] | None = None,
+               context: dict[str, np.ndarray] | None = None):
         """Greedy decoding with the key/value cache (``check --generate``; ``core.generate.Decoded``): by default
         one ``infer`` a step, the cache round-tripping through this process. Override to keep the loop and the
-        cache on the platform (a browser page's tensors)."""
+        cache on the platform (a browser page's tensors). ``context``: an encoder-decoder's encoder outputs,
+        fed to every step."""
         from portability.core.generate import decode
 
-        return decode(self.infer, layout, inputs, prompt, steps, teacher)
+        return decode(self.infer, layout, inputs, prompt, steps, teacher, context)
+
+    def decodes_where(self, context) -> str:
+        """Where ``decode`` runs its loop for these arguments (``decodes_in``; an override may not take them all)."""
+        return self.decodes_in
 
     def warm_up(self, feeds: dict[str, np.ndarray], warmup: int) -> None:
         """Warm up before the target's turn to time, while other targets work (``time`` may then warm up

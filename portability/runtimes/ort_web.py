@@ -148,11 +148,20 @@ class OrtWeb(WebRuntime):
 
     decodes_in = "page"
 
-    def decode(self, layout, inputs, prompt: list[int], steps: int, teacher: list[int] | None = None):
+    def decodes_where(self, context) -> str:
+        return "worker" if context else self.decodes_in
+
+    def decode(self, layout, inputs, prompt: list[int], steps: int, teacher: list[int] | None = None,
+               context: dict[str, np.ndarray] | None = None):
         """Greedy decoding in the page (``harness/ort.mjs``'s ``generate``): the cache stays in onnxruntime-web's
-        own tensors from step to step; only each step's token, last-position logits and time come back."""
+        own tensors from step to step; only each step's token, last-position logits and time come back. An
+        encoder-decoder's decoder (``context``: the encoder's outputs) is run one page inference a step, its loop
+        in the worker (the page's loop feeds no encoder states yet)."""
         from portability.core.generate import Decoded
         from portability.core.decoder import PAST_AXIS
+
+        if context or layout.states:
+            return super().decode(layout, inputs, prompt, steps, teacher, context)
 
         specs = {s.name: s for s in inputs}
         names = {"ids": layout.ids, "mask": layout.mask, "positions": layout.positions,

@@ -95,6 +95,9 @@ class CheckOptions:
     generate: int = 0
     #: the prompt's token ids (empty: a seeded prompt of the model's vocabulary)
     prompt_ids: tuple[int, ...] = ()
+    #: an encoder-decoder's encoder (Optimum's ``encoder_model.onnx``): run once per prompt on every target, its
+    #: outputs fed to each step of the decoder (the checked model) under ``--generate``
+    encoder: Path | None = None
 
 
 _AUDIT = ("check", "audit")
@@ -127,6 +130,11 @@ SETTINGS: tuple[Setting, ...] = (
             "tokens/s.", WHAT, parse=_number(int), min=0, commands=("check",)),
     Setting("prompt_ids", str, None, "The prompt of --generate as token ids, comma-separated (default: four seeded "
             "ids of the model's vocabulary).", WHAT, parse=_prompt, commands=("check",), file=(str, list)),
+    Setting("encoder", Path, None, "An encoder-decoder's encoder (Optimum's encoder_model.onnx) for --generate on its "
+            "decoder: each target converts and runs it once per prompt (--prompt-ids: the encoder's input ids), its "
+            "last_hidden_state fed to every decoder step, which starts from the decoder_start_token_id of a "
+            "config.json beside the decoder (else 0, T5's).", WHAT, parse=_path, path=True, commands=("check",),
+            file=(str,)),
     Setting("localize", Path, None, "After the check, localize every target that drifts (as `portability localize` "
             "does: its first diverging node, the drift curve and a reproducer, in details.localize); the reproducers "
             "go to this folder. ONNX models only.", WHAT, parse=_path, path=True, file=(str,)),

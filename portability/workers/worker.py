@@ -137,11 +137,12 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
     return latency
 
 
-def _generate(job: Job, runtime, events: _Events, p: _Progress) -> None:
+def _generate(job: Job, runtime, events: _Events, p: _Progress, encoder=None) -> None:
     """Greedy decoding on this target's runtime, one inference a step (``core/generate.py``): free-running, then
     fed the reference's tokens (teacher forcing) where the job has them. The tokens and each step's logits go to
     ``generation.npz`` beside the outputs; a step the runtime refuses (a cache it cannot grow: a graph converted
-    at fixed shapes) is the target's run error, naming the step."""
+    at fixed shapes) is the target's run error, naming the step. An encoder-decoder's ``encoder`` (its artifact,
+    converted for this target) runs once first, on the prompt; the decoder starts from its start token."""
     from portability.core.decoder import layout_of
     from portability.core.errors import RunError
     from portability.core.model import TensorSpec
@@ -154,15 +155,65 @@ def _generate(job: Job, runtime, events: _Events, p: _Progress) -> None:
         raise RunError("--generate: the model is not a causal language model's decoder (input_ids with past "
                        "key/value inputs or present outputs, in Optimum's layout)")
     events.phase(Phase.INFER, generate=spec["steps"])
-    free = runtime.decode(lay, ins, list(spec["prompt"]), int(spec["steps"]))
+    context = _encode(job, encoder, lay, p) if encoder is not None else None
+    prompt = [int(spec["start"])] if context is not None else list(spec["prompt"])
+    free = runtime.decode(lay, ins, prompt, int(spec["steps"]), context=context)
     arrays = {"tokens": np.asarray(free.tokens, np.int64), "logits": np.stack(free.logits)}
     teacher = spec.get("teacher")
     if teacher:
-        forced = runtime.decode(lay, ins, list(spec["prompt"]), len(teacher), teacher=list(teacher))
+        forced = runtime.decode(lay, ins, prompt, len(teacher), teacher=list(teacher), context=context)
         arrays.update(forced_tokens=np.asarray(forced.tokens, np.int64), forced_logits=np.stack(forced.logits))
     np.savez(Path(job.outputs).with_name("generation.npz"), **arrays)
-    p.details["generation"] = {"loop": runtime.decodes_in, "steps": len(free.tokens), "ttft_ms": _r(free.ttft_ms),
-                               "tokens_per_s": _r(free.tokens_per_s), "step_ms": [_r(x) for x in free.step_ms]}
+    p.details["generation"] = {"loop": runtime.decodes_where(context), "steps": len(free.tokens), "ttft_ms": _r(free.ttft_ms),
+                               "tokens_per_s": _r(free.tokens_per_s), "step_ms": [_r(x) for x in free.step_ms],
+                               **({"encoder": p.details.pop("encoder")} if "encoder" in p.details else {})}
+
+
+def _encoder_feeds(job: Job) -> dict[str, np.ndarray]:
+    """The encoder's inputs for ``--generate``'s prompt: its ids and a mask of ones, one row."""
+    enc = job.generate["encoder"]
+    dtypes = {t["name"]: t["dtype"] for t in enc["signature"]["inputs"]}
+    ids = np.asarray([job.generate["prompt"]], dtypes.get(enc["ids"], "int64"))
+    return {enc["ids"]: ids, **({enc["mask"]: np.ones(ids.shape, dtypes.get(enc["mask"], "int64"))} if enc["mask"] else {})}
+
+
+def _convert_encoder(job: Job, events: _Events, p: _Progress, cache):
+    """An encoder-decoder's encoder (``--generate``), converted for this target by its converters (the cache)."""
+    from dataclasses import asdict, replace
+
+    from portability.core.artifact import Artifact
+
+    enc = job.generate["encoder"]
+    sub = _Progress()
+    feeds = {k: v[None] for k, v in _encoder_feeds(job).items()}  # one batch
+    art = _convert(replace(job, source=Artifact.from_dict(enc["source"]), signature=enc["signature"], input_shapes={}),
+                   feeds, events, sub, cache)
+    p.details["encoder"] = {"artifact": sub.fields.get("artifact"), "conversions": [asdict(c) for c in sub.conversions]}
+    return art
+
+
+def _encode(job: Job, art, lay, p: _Progress) -> dict[str, np.ndarray]:
+    """The encoder run once on this target's runtime (a runtime of its own): the decoder's fixed feeds."""
+    from portability.core.errors import RunError
+    from portability.core.target import load_class
+
+    enc = job.generate["encoder"]
+    rt = load_class(job.target.runtime)(job.target.options)
+    rt.services, rt.strict_backend, rt.check_id = dict(job.services), job.strict_backend, job.check_id
+    t0 = time.perf_counter()
+    try:
+        rt.load(art)
+        out = rt.infer(_encoder_feeds(job))
+    finally:
+        rt.close()
+    if enc["states"] not in out:
+        raise RunError(f"--generate: the encoder returned no '{enc['states']}' (it returned {', '.join(out)})")
+    p.details.setdefault("encoder", {})["ms"] = _r((time.perf_counter() - t0) * 1e3)
+    states = np.asarray(out[enc["states"]], np.float32)
+    ctx = {lay.states: states}
+    if lay.states_mask:
+        ctx[lay.states_mask] = np.ones(states.shape[:2], np.int64)
+    return ctx
 
 
 def _r(x: float | None) -> float | None:
@@ -228,6 +279,7 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
         cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache,
                       scratch_parent=Path.cwd(), scope=job.check_id)  # the run's folder: removed by the parent even if we are killed
         art = _convert(job, load_feeds(Path(job.calibration), job.input_names) if job.calibration else feeds, events, p, cache)
+        encoder = _convert_encoder(job, events, p, cache) if job.generate.get("encoder") else None
         sandbox.narrow(sandbox.Sandbox.from_dict(job.sandbox))  # converted: the cache is no longer writable
 
         p.phase = Phase.LOAD
@@ -245,7 +297,7 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
         p.phase = Phase.INFER
         latency = {"load": round(load_ms, 4), **_run(job, runtime, feeds, events, p)}
         if job.generate:
-            _generate(job, runtime, events, p)
+            _generate(job, runtime, events, p, encoder)
         latency.update({k: round(float(v), 4) for k, v in runtime.load_timings().items()})
         p.details.update(runtime.details())
         p.fields.update(latency=latency, backend_used=runtime.backend_used(), output_quant=runtime.output_quant())
