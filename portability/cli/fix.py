@@ -21,8 +21,12 @@ def fix(
 ) -> int:
     """Check TARGET again under each documented alternative that applies to its route (onnx2tf options such
     as -rtpo for ops TFLite lacks, -nuo, -dgc, -ebu, -kat, -ofgd, -agj for a drift; ONNX Runtime's graph
-    optimization levels) until one passes, and say which, with the setting that selects it. An alternative
-    under which the target converts but drifts is reported as drifting, never as a fix.
+    optimization levels) until one passes, and say which, with the setting that selects it. A quantized target
+    that drifts (server/ort-qdq, ort-int8, ort-fp16, ort-q4, mobile/tflite-int8 and their twins) gets its
+    quantizer's calibration alternatives, then the smallest set of its layers kept in float under which it
+    passes (ranked by `portability quantize-report`), with its size and latency before and after. Give
+    --dataset to judge accuracy. An alternative under which the target converts but drifts is reported as
+    drifting, never as a fix.
 
     Exit 0 when the target passes as it is or under an alternative, 1 when none passes, 2 on a usage error."""
     from rich.console import Console

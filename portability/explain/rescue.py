@@ -263,8 +263,8 @@ def report_of(model_path: Path, target: str, opts, session, info, say: Callable[
     if conv is None:
         raise UsageError(f"{target} does not reduce the model's precision: there is no quantization to report on")
     if info.format != "onnx":
-        raise UsageError(f"the quantization report reads an ONNX model's layers; {Path(model_path).name} is {info.format} "
-                         "(check it with --via onnx, or give its ONNX export)")
+        raise UsageError(f"the quantization report reads an ONNX model's layers; {Path(model_path).name} is {info.format}: "
+                         "give its ONNX export (the check's own is in the cache: `portability check MODEL --via onnx`)")
     names = conv.quantizable_nodes(onnx.load(str(model_path), load_external_data=False).graph)
     if not names:
         raise UsageError(f"{conv.name()} reduces the precision of no node of this model")
