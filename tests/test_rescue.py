@@ -157,3 +157,26 @@ def test_a_model_the_quantizer_refuses_is_preprocessed(tmp_path):
     t = next(x for x in rep.targets if x.id == "server/ort-int8")
     said = json.dumps(t.to_dict())
     assert "quant_pre_process" in said and "Expected 3.weight to be an initializer" in said
+
+
+def test_an_interrupted_report_keeps_what_it_measured(outlier, tmp_path):
+    """Ctrl-C in the middle of the sensitivity pass: the layers measured so far are written, said interrupted."""
+    import signal
+    import time
+
+    out = tmp_path / "q.json"
+    p = subprocess.Popen([sys.executable, "-m", "portability", "quantize-report", str(outlier), "-t", "server/ort-qdq",
+                          "--json", str(out)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in p.stderr:
+        seen.append(line)
+        if "alone quantized (4/" in line:
+            p.send_signal(signal.SIGINT)
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    rest = p.stderr.read()
+    assert p.wait(timeout=120) == 130, "".join(seen) + rest
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True and 3 <= len(doc["layers"]) < doc["candidates"], doc
+    assert doc["checks"] >= 4 and "interrupted: the report so far" in rest

@@ -44,8 +44,16 @@ def quantize_report(
     opts = resolve(settings, {"targets": target})
     _say_sandbox(opts.sandbox, err)
     say = (lambda s: None) if quiet else (lambda s: err.print(f"  {s}…", highlight=False))
-    with fixing.opened(model, opts) as (info, session):
-        doc = rescue.report_of(model, target, opts, session, info, say, search=search)
+    doc: dict = {}
+    try:
+        with fixing.opened(model, opts) as (info, session):
+            rescue.report_of(model, target, opts, session, info, say, search=search, doc=doc)
+    except KeyboardInterrupt:
+        if json_path and doc.get("layers"):  # what was measured is kept, said as interrupted
+            doc["interrupted"] = True
+            json_path.write_text(json.dumps(doc, indent=2, default=str))
+            err.print(f"interrupted: the report so far ({len(doc['layers'])} layers measured): {json_path}")
+        raise
     show(doc)
     if json_path:
         json_path.write_text(json.dumps(doc, indent=2, default=str))

@@ -144,8 +144,9 @@ def _compared(g, node) -> str | None:
     return node.output[0]
 
 
-def layers(bench: Bench, graph_path: Path, names: list[str], work: Path) -> list[dict]:
-    """The candidates ``names`` with their SNR, sensitivity and outlier channels, ranked worst first."""
+def layers(bench: Bench, graph_path: Path, names: list[str], work: Path, into: list | None = None) -> list[dict]:
+    """The candidates ``names`` with their SNR, sensitivity and outlier channels, ranked worst first (``into``:
+    the list to fill, each layer as it is measured, ranked at the end: an interrupted report keeps them)."""
     from portability.explain.cuts import Graph
     from portability.metrics.drift import snr_db
 
@@ -157,7 +158,7 @@ def layers(bench: Bench, graph_path: Path, names: list[str], work: Path) -> list
         bench.say(f"every quantized tensor on {bench.target} ({len(probe)} tensors)")
         _, ref, got = bench.run([], g.cut(probe, work / "tensors" / "model.onnx"))
     by_name = {n.name: n for n in g.nodes}
-    out = []
+    out = [] if into is None else into
     for i, name in enumerate(names):
         node = by_name[name]
         bench.say(f"{name} alone quantized ({i + 1}/{len(names)})")
@@ -174,7 +175,8 @@ def layers(bench: Bench, graph_path: Path, names: list[str], work: Path) -> list
                     **({"outlier_tensors": [t for t, o in found if o["outlier_channels"]]} if channels else {})})
     key = lambda d: (d["sensitivity_db"] if d["sensitivity_db"] is not None else float("inf"),  # noqa: E731
                      d["snr_db"] if d["snr_db"] is not None else float("inf"))
-    return sorted(out, key=key)
+    out.sort(key=key)
+    return out
 
 
 def _rank(g, tensor: str) -> int | None:
@@ -190,12 +192,12 @@ def _round(v: float | None) -> float | None:
     return None if v is None or not np.isfinite(v) else round(float(v), 2)
 
 
-def rescue(bench: Bench, ranked: list[str]) -> dict:
+def rescue(bench: Bench, ranked: list[str], tried: list | None = None) -> dict:
     """The smallest float fallback found: the shortest prefix of the ranking under which the target passes
     (prefixes of 1, 2, 4… layers, then a bisection between the last failing and the first passing one: about
     2·log2(N) checks), then pruned back (a layer stays float only if the target fails without it).
-    ``{"float_nodes", "tried"}`` or ``{"float_nodes": None, "why", "tried"}``."""
-    tried: list[dict] = []
+    ``{"float_nodes", "tried"}`` or ``{"float_nodes": None, "why", "tried"}`` (``tried``: the list to fill)."""
+    tried = [] if tried is None else tried
 
     def passes(nodes: list[str], what: str) -> bool:
         bench.say(what)
@@ -245,11 +247,10 @@ def reproduce(model: Path, target: str, conv: type, float_nodes: list[str], data
 
 
 def report_of(model_path: Path, target: str, opts, session, info, say: Callable[[str], None] = lambda s: None,
-           search: bool = False) -> dict:
+              search: bool = False, doc: dict | None = None) -> dict:
     """The quantization report of ``target`` (see the module doc); with ``search``, the float fallback too.
-    ``session`` and ``info``: from ``explain.probe.opened``."""
-    import tempfile
-
+    ``session`` and ``info``: from ``explain.probe.opened``. ``doc``: the dict to fill as the figures come
+    (what an interrupted report still holds)."""
     import onnx
 
     from portability.engine import plan
@@ -270,22 +271,34 @@ def report_of(model_path: Path, target: str, opts, session, info, say: Callable[
         raise UsageError(f"{conv.name()} reduces the precision of no node of this model")
     base = dataclasses.replace(opts, targets=target, runs=0, robustness=False, versions={}, localize=None, fix=False)
     bench = Bench(Path(model_path), target, base, session, conv, say)
+    doc = {} if doc is None else doc
+    try:
+        return _filled(doc, bench, names, search, opts)
+    finally:
+        doc["checks"] = bench.checks
+        doc["seconds"] = round(time.monotonic() - started, 1)
+
+
+def _filled(doc: dict, bench: Bench, names: list[str], search: bool, opts) -> dict:
+    import tempfile
+
+    target, conv, model_path = bench.target, bench.conv, bench.model
+    say = bench.say
     say(f"{target} as it is")
     res, _, _ = bench.run([])
-    doc: dict[str, Any] = {"target": target, "status": str(res.status), "quantizer": conv.name(),
+    doc |= {"target": target, "status": str(res.status), "quantizer": conv.name(),
                            "quantization": ((res.details or {}).get("artifact_meta") or {}).get("quantization"),
                            **({"calibration": cal} if (cal := (res.details or {}).get("calibration")) else {}),
-                           "snr_db": _round(output_snr(res)), "candidates": len(names)}
+                           "snr_db": _round(output_snr(res)), "candidates": len(names), "layers": []}
     with tempfile.TemporaryDirectory(prefix="portability-quant-report-") as tmp:
-        doc["layers"] = layers(bench, Path(model_path), names, Path(tmp))
+        layers(bench, Path(model_path), names, Path(tmp), into=doc["layers"])
     if search and res.status != Status.PASS:
-        found = rescue(bench, [x["node"] for x in doc["layers"]])
+        doc["rescue"] = {"float_nodes": None, "tried": []}
+        found = rescue(bench, [x["node"] for x in doc["layers"]], tried=doc["rescue"]["tried"])
         doc["rescue"] = found
         if found["float_nodes"] is not None:
             doc["rescue"].update(costs(bench, found["float_nodes"], opts.runs or 0))
             doc["rescue"].update(reproduce(Path(model_path), target, conv, found["float_nodes"], opts.dataset))
-    doc["checks"] = bench.checks
-    doc["seconds"] = round(time.monotonic() - started, 1)
     return doc
 
 
