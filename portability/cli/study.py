@@ -186,7 +186,6 @@ def _transformers(zoo, founding_only, models, targets, quick, profile, localize,
         raise UsageError("--generate is the generation zoo's (--zoo generation)")
     from portability.core.sandbox import default_mode
     from portability.engine.session import Session
-    from portability.report.files import write_atomic
     from portability.study import transformers as tz
     from portability.study.run import DEFAULT_TARGETS
 
@@ -196,16 +195,7 @@ def _transformers(zoo, founding_only, models, targets, quick, profile, localize,
     err = Console(stderr=True)
     with Session(default_mode(), ()) as session:
         result = tz.run_zoo(chosen, spec, session, Path(cache_dir) if cache_dir else None, localize, seed, _Progress(err, quiet, None))
-    if json_path:
-        _write_json(json_path, result)
-        err.print(f"study: {json_path}")
-    md = tz.table(result["rows"])
-    if markdown_path:
-        write_atomic(markdown_path, md + "\n")
-        err.print(f"tables: {markdown_path}")
-    print(md)
-    err.print(f"study done in {result['seconds']['total']:.0f} s ({len(result['rows'])} model files)")
-    return 0
+    return _written(result, tz.table(result["rows"]), json_path, markdown_path, err, "model files")
 
 
 def _generation(models, targets, quick, profile, seed, cache_dir, json_path, markdown_path, quiet, steps) -> int:
@@ -215,7 +205,6 @@ def _generation(models, targets, quick, profile, seed, cache_dir, json_path, mar
     from portability.cli import outputs
     from portability.core.sandbox import default_mode
     from portability.engine.session import Session
-    from portability.report.files import write_atomic
     from portability.study import generation as gz
 
     chosen = gz.names(models)
@@ -225,13 +214,19 @@ def _generation(models, targets, quick, profile, seed, cache_dir, json_path, mar
     with Session(default_mode(), ()) as session:
         result = gz.run_zoo(chosen, spec, session, Path(cache_dir) if cache_dir else None, seed, steps or gz.DEFAULT_STEPS,
                             _Progress(err, quiet, None))
+    return _written(result, gz.table(result), json_path, markdown_path, err, "models")
+
+
+def _written(result: dict, md: str, json_path, markdown_path, err, what: str) -> int:
+    """A zoo study's JSON and Markdown written where asked, its table printed."""
+    from portability.report.files import write_atomic
+
     if json_path:
         _write_json(json_path, result)
         err.print(f"study: {json_path}")
-    md = gz.table(result)
     if markdown_path:
         write_atomic(markdown_path, md + "\n")
         err.print(f"tables: {markdown_path}")
     print(md)
-    err.print(f"study done in {result['seconds']['total']:.0f} s ({len(result['rows'])} models)")
+    err.print(f"study done in {result['seconds']['total']:.0f} s ({len(result['rows'])} {what})")
     return 0

@@ -96,8 +96,6 @@ def _encoder_decoder(model: ModelInfo, opts: CheckOptions) -> dict:
     """``--generate`` on an encoder-decoder's decoder: the encoder (``--encoder``) each target runs once on the
     prompt (its input ids), and the decoder's start token (``decoder_start_token_id`` of a ``config.json``
     beside the decoder, as Optimum exports it; else 0, T5's pad id)."""
-    import json
-
     from portability.core.generate import default_prompt
     from portability.sources import load_source_isolated
 
@@ -113,12 +111,31 @@ def _encoder_decoder(model: ModelInfo, opts: CheckOptions) -> dict:
     prompt = list(opts.prompt_ids) or default_prompt(vocab, seed=opts.seed)
     if vocab and max(prompt) >= vocab:
         raise UsageError(f"--prompt-ids: token {max(prompt)} is outside the encoder's vocabulary (0..{vocab - 1})")
-    cfg = Path(model.path).parent / "config.json"
-    start = json.loads(cfg.read_text()).get("decoder_start_token_id") if cfg.is_file() else None
-    return {"steps": int(opts.generate), "prompt": prompt, "start": int(start or 0),
+    return {"steps": int(opts.generate), "prompt": prompt, "start": _start_token(Path(model.path).parent / "config.json"),
             "encoder": {"source": enc.artifact().to_dict(), "signature": enc.signature(), "ids": ids,
                         "mask": "attention_mask" if "attention_mask" in names else None,
                         "states": next((o.name for o in enc.outputs if o.name == "last_hidden_state"), enc.outputs[0].name)}}
+
+
+def _start_token(cfg: Path) -> int:
+    """``decoder_start_token_id`` of the ``config.json`` beside a decoder (0 without one): a file of the model's
+    own folder (a link out of it is refused), at most 1 MiB, a JSON object whose id is a non-negative int."""
+    import json
+
+    if not cfg.exists():
+        return 0
+    if cfg.is_symlink() or not cfg.is_file() or cfg.stat().st_size > 2**20:
+        raise UsageError(f"{cfg}: not a regular file of at most 1 MiB in the model's folder")
+    try:
+        doc = json.loads(cfg.read_text(errors="replace"))
+    except ValueError as e:
+        raise UsageError(f"{cfg}: not JSON ({e})") from None
+    start = doc.get("decoder_start_token_id") if isinstance(doc, dict) else None
+    if start is None:
+        return 0
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        raise UsageError(f"{cfg}: decoder_start_token_id {start!r} is not a token id")
+    return start
 
 
 #: a ``--dataset``'s calibration share, held out from evaluation: its last min(HOLD_OUT_MAX, n // HOLD_OUT_PART)
