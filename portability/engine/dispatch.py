@@ -24,7 +24,6 @@ from portability.engine.prepare import Prepared
 from portability.settings.options import CheckOptions, Limits
 from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
 from portability.workers import prestart as start_pool
-from portability.report.calibration import check_notes
 from portability.report.schema import TargetResult
 from portability.targets import Target, availability
 
@@ -50,7 +49,8 @@ class Dispatched:
     results: list[TargetResult]
     #: target id -> output name -> array, of every target that ran
     outputs: dict[str, dict[str, np.ndarray]]
-    #: the check's notes: the inputs' warnings, the services', then what the results say of the model
+    #: the check's notes: the inputs' warnings, the calibration's, the services', then evaluation's (the verdict
+    #: adds what the results say of the model as a whole: ``verdict.check_notes``)
     notes: list[str]
     #: the robustness pass, with ``--robustness`` (``metrics.robustness.run.Robustness``)
     robustness: Any = None
@@ -138,7 +138,7 @@ class Dispatch:
     def run_check(self) -> Dispatched:
         """Every target, then the notes of the whole: see ``_results``."""
         results = self._results()
-        return Dispatched(results, dict(self.evaluator.outputs), self._notes(results), self.prepared.robustness)
+        return Dispatched(results, dict(self.evaluator.outputs), self._notes(), self.prepared.robustness)
 
     def _results(self) -> list[TargetResult]:
         """The reference, then every other target beside the others (or skipped, saying why, where the
@@ -153,13 +153,11 @@ class Dispatch:
             return [ref] + [self.run(t, skip_reason=why) for t in self.targets[1:]]
         return [ref] + self.run_all(self.targets[1:])
 
-    def _notes(self, results: list[TargetResult]) -> list[str]:
-        """The check's notes: the inputs' warnings, then what the results say of the model as a whole."""
+    def _notes(self) -> list[str]:
+        """The check's notes: the inputs' warnings, the calibration's, the services', then evaluation's."""
         ev = self.evaluator
-        return (list(self.feeds.warnings) + check_notes(self.prepared.calibration_facts, ev.calibrated)
-                + list(self.services.notes) + ev.random_note() + ev.quantized_note()
-                + self.synthesized_failed[:1]
-                + ev.odd_one_out(results, self.targets) + verdict.delegate_ab(results, self.targets))
+        return (list(self.feeds.warnings) + ev.calibration_notes() + list(self.services.notes) + ev.random_note()
+                + ev.quantized_note() + self.synthesized_failed[:1])
 
     def run_all(self, targets: list[Target]) -> list[TargetResult]:
         """Every target, costliest first, ``jobs`` working at once and loaded ones parked to time
@@ -224,7 +222,8 @@ class Dispatch:
         skip_reason = skip_reason or self.no_route.get(target.id)
         avail = None if skip_reason else availability(target)
         if skip_reason or not avail.ok:
-            res = self.evaluator.skipped(target, skip_reason or avail.reason, None if skip_reason else avail.hint)
+            res = verdict.skipped(target, self.opts.gate, skip_reason or avail.reason,
+                                  None if skip_reason else avail.hint, self.evaluator.thresholds_for(target))
         else:
             wdir = self.workdir / target.id.replace("/", "__")
             log.debug("%s: queued", target.id)
@@ -239,7 +238,8 @@ class Dispatch:
                 wr = self._release(lease, wr)
             finally:
                 self.gate.finished(target.id)  # whatever happened, it no longer holds the others' timing
-            res = self.evaluator.evaluate(target, wr, wdir)
+            res = verdict.result(target, self.opts.gate, self.evaluator.evaluate(target, wr, wdir),
+                                 strict=self.opts.strict_backend)
         res = replace(res, duration_s=round(time.monotonic() - t0, 3))
         self.progress.target_done(res)
         return res

@@ -1,7 +1,9 @@
-"""What a target's worker returned, judged: its outputs against the reference's, its metrics against its
-thresholds, and the verdict, as a :class:`TargetResult`. Holds the reference's outputs once it has run."""
+"""The check's evaluation: what a target's worker returned, measured — its outputs against the reference's, its
+metrics against its thresholds — as an :class:`Evaluated` that the verdict (``engine/verdict.py``) turns into
+the target's result. Holds the reference's outputs once it has run."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,24 +15,37 @@ from portability.core.model import ModelInfo, quantization
 from portability.core.protocol import WorkerResult, load_outputs
 from portability.core.status import Status
 from portability.converters.registry import fix_hint
-from portability.engine import verdict
 from portability.settings.options import CheckOptions
 from portability.workers import log_tail
 from portability import metrics
 from portability.metrics import accuracy as acc
-from portability.metrics import drift, thresholds
+from portability.metrics import thresholds
 from portability.metrics.base import Evaluation
 from portability.metrics.latency import samples_note, summarize, timing_note
 from portability.report import calibration
-from portability.report.schema import TargetResult
 from portability.targets import Target
 
 #: the worker outcomes whose log tail the report keeps
 _LOGGED = (Status.CRASHED, Status.TIMEOUT, Status.RUN_ERROR, Status.LOAD_ERROR, Status.CONVERT_ERROR)
 
 
+@dataclass(frozen=True)
+class Evaluated:
+    """What evaluation found of one target's run: the evidence the verdict decides on."""
+
+    worker: WorkerResult
+    metrics: dict
+    thresholds: dict
+    #: the reasons its metrics breach; None where nothing was compared (the worker failed, or the reference)
+    found: list[str] | None
+    #: what evaluation says of the run: the samples it compared, its timing, its artifact, its calibration
+    notes: tuple[str, ...]
+    details: dict
+    hint: str | None
+
+
 class Evaluator:
-    """One check's judge: turns each worker's result into a TargetResult, the reference's first."""
+    """One check's evaluation: measures each worker's result, the reference's first."""
 
     def __init__(self, model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, robustness=None,
                  reference: str = "", plans: dict | None = None, calibration: dict | None = None):
@@ -81,11 +96,6 @@ class Evaluator:
 
         return [note(self.model.random_ops)] if self.model.random_ops else []
 
-    def skipped(self, target: Target, reason: str, hint: str | None) -> TargetResult:
-        v = verdict.skipped(target, self.opts.gate)
-        return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
-                            error=reason, hint=hint, metrics=metrics.empty(), thresholds=self.thresholds_for(target))
-
     @staticmethod
     def _details(wr: WorkerResult) -> dict:
         details = dict(wr.details)
@@ -106,7 +116,7 @@ class Evaluator:
                 details["log_tail"] = tail
         return details
 
-    def evaluate(self, target: Target, wr: WorkerResult, wdir: Path) -> TargetResult:
+    def evaluate(self, target: Target, wr: WorkerResult, wdir: Path) -> Evaluated:
         t = self.thresholds_for(target)
         is_ref = target.id == self.reference
         outs = load_outputs(wdir / "outputs.npz", self.out_names) if wr.ok else {}
@@ -135,19 +145,15 @@ class Evaluator:
             found = None if is_ref else problems + metrics.breaches(m, t)
         else:
             m, found = dict(metrics.empty(), latency_ms=summarize(wr.latency), peak_rss_mb=wr.peak_rss_mb), None
-        v = verdict.decide(target, self.opts.gate, wr, found, strict=self.opts.strict_backend)
         if is_ref and wr.ok:
             self.ref_outputs, self.ref_metrics, self.ref_perturbed = outs, m, extra
         cal = self._calibration(target, wr)
-        return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
-                            runtime=wr.runtime, device=wr.device, error=wr.error,
-                            hint=wr.hint or (None if wr.ok else fix_hint(wr.op, [c for c, _ in target.converters])),
-                            op=wr.op, node=wr.node,
-                            artifact=wr.artifact, metrics=m, thresholds=t, breaches=v.breaches,
-                            notes=(v.notes + samples_note(wr.details) + timing_note(m) + artifact_notes(wr.details)
-                                   + ((calibration.note(cal),) if cal else ())),
-                            details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {}),
-                                     **({"calibration": cal} if cal else {})})
+        return Evaluated(worker=wr, metrics=m, thresholds=t, found=found,
+                         notes=(*samples_note(wr.details), *timing_note(m), *artifact_notes(wr.details),
+                                *((calibration.note(cal),) if cal else ())),
+                         details={**self._details(wr), **({"plan": self.plans[target.id]} if target.id in self.plans else {}),
+                                  **({"calibration": cal} if cal else {})},
+                         hint=wr.hint or (None if wr.ok else fix_hint(wr.op, [c for c, _ in target.converters])))
 
     def _calibration(self, target: Target, wr: WorkerResult) -> dict | None:
         """The target's ``details.calibration`` (``report/calibration.py``) where it calibrates, else None."""
@@ -162,24 +168,9 @@ class Evaluator:
         """The tokens the reference generated (``--generate``), to feed the others under teacher forcing."""
         return [int(x) for x in self.ref_generation["tokens"]] if self.ref_generation else None
 
-    def odd_one_out(self, results: list[TargetResult], targets: list[Target]) -> list[str]:
-        """Independent runtimes that agree with each other but not with the reference name it.
-
-        Witnesses must be independent: targets that run one converted model (the same first conversion
-        after the snapshot, e.g. one onnx2tf SavedModel) count once, and a runtime with a known caveat
-        (onnx.reference's wrong kernels) is no witness."""
-        lineage = {t.id: (t.converters[1][0] if len(t.converters) > 1 else t.id) for t in targets}
-        drifted = [r for r in results if r.status == Status.DRIFT and r.id in self.outputs and r.id != self.reference
-                   and not r.details.get("caveat")]
-        agreeing: list[str] = []
-        for i, a in enumerate(drifted):
-            for b in drifted[i + 1:]:
-                if drift.judge(thresholds.DEFAULTS, self.outputs[a.id], self.outputs[b.id]).agrees:
-                    agreeing += [x for x in (a.id, b.id) if x not in agreeing]
-        if len({lineage.get(x, x) for x in agreeing}) >= 2:
-            return [f"{', '.join(agreeing)} agree with each other but not with the reference {self.reference}: "
-                    "the reference may be the odd one out"]
-        return []
+    def calibration_notes(self) -> list[str]:
+        """The check's notes on calibration: synthesized samples warned about, a dataset's held-out share."""
+        return calibration.check_notes(self.calibration, self.calibrated)
 
 
 def _calibrates(target: Target) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import portability
 from portability.core import inputs as inp
 from portability.core.model import ModelInfo
-from portability.engine import plan
+from portability.engine import plan, verdict
 from portability.engine.dispatch import Dispatch, Progress, Silent
 from portability.engine.prepare import prepare
 from portability.settings.options import CheckOptions
@@ -98,6 +98,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
             session.readable(dispatch.readable)
         done = dispatch.run_check()
         results, rob = done.results, done.robustness
+        notes = done.notes + verdict.check_notes(results, chosen.targets, done.outputs, chosen.targets[0].id)
         versions = matrix.compare(results, done.outputs, chosen.versions)
         from portability.report.golden import Golden
 
@@ -124,7 +125,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
         reference=chosen.targets[0].id,
         targets=tuple(results),
         passed=passed,
-        notes=tuple(done.notes),
+        notes=tuple(notes),
         versions=versions,
         output_digests=digests,
     )

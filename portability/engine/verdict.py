@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from portability.core.protocol import WorkerResult
 from portability.core.status import Status
 from portability.core.target import Target
+from portability.metrics import drift, empty, thresholds
+from portability.report.schema import TargetResult
 from portability.runtimes.base import off_backend
 
 
@@ -68,8 +70,21 @@ def gating(target: Target, rules: list[str], device: str | None = None) -> tuple
     return g, []
 
 
-def skipped(target: Target, rules: list[str]) -> Verdict:
-    return Verdict(Status.SKIPPED, gating(target, rules)[0])
+def skipped(target: Target, rules: list[str], reason: str, hint: str | None, bounds: dict) -> TargetResult:
+    """The result of a target that did not run: ``reason`` and ``hint`` say why, and what would run it."""
+    return TargetResult(id=target.id, platform=target.platform, status=Status.SKIPPED, gating=gating(target, rules)[0],
+                        error=reason, hint=hint, metrics=empty(), thresholds=bounds)
+
+
+def result(target: Target, rules: list[str], ev, strict: bool = False) -> TargetResult:
+    """The result of a target that was given to a worker: what evaluation found of its run
+    (``engine.evaluate.Evaluated``), with its status, gating and breaches decided (:func:`decide`)."""
+    wr = ev.worker
+    v = decide(target, rules, wr, ev.found, strict=strict)
+    return TargetResult(id=target.id, platform=target.platform, status=v.status, gating=v.gating,
+                        runtime=wr.runtime, device=wr.device, error=wr.error, hint=ev.hint, op=wr.op, node=wr.node,
+                        artifact=wr.artifact, metrics=ev.metrics, thresholds=ev.thresholds, breaches=v.breaches,
+                        notes=v.notes + ev.notes, details=ev.details)
 
 
 def decide(target: Target, rules: list[str], worker: WorkerResult, found: list[str] | None = None,
@@ -154,3 +169,28 @@ def delegate_ab(results: list, targets: list[Target]) -> list[str]:
                     notes.append(f"delegate A/B: {b.id} ({bs}) drifts where {g.id} ({gs}) passes on the same "
                                  f"program: {bs}'s kernels are at fault, not the conversion")
     return notes
+
+
+def check_notes(results: list[TargetResult], targets: list[Target], outputs: dict, reference: str) -> list[str]:
+    """What the results say of the model as a whole: the reference as the odd one out, a delegate A/B."""
+    return odd_one_out(results, targets, outputs, reference) + delegate_ab(results, targets)
+
+
+def odd_one_out(results: list[TargetResult], targets: list[Target], outputs: dict, reference: str) -> list[str]:
+    """Independent runtimes that agree with each other but not with the reference name it.
+
+    Witnesses must be independent: targets that run one converted model (the same first conversion
+    after the snapshot, e.g. one onnx2tf SavedModel) count once, and a runtime with a known caveat
+    (onnx.reference's wrong kernels) is no witness. ``outputs``: target id -> output name -> array."""
+    lineage = {t.id: (t.converters[1][0] if len(t.converters) > 1 else t.id) for t in targets}
+    drifted = [r for r in results if r.status == Status.DRIFT and r.id in outputs and r.id != reference
+               and not r.details.get("caveat")]
+    agreeing: list[str] = []
+    for i, a in enumerate(drifted):
+        for b in drifted[i + 1:]:
+            if drift.judge(thresholds.DEFAULTS, outputs[a.id], outputs[b.id]).agrees:
+                agreeing += [x for x in (a.id, b.id) if x not in agreeing]
+    if len({lineage.get(x, x) for x in agreeing}) >= 2:
+        return [f"{', '.join(agreeing)} agree with each other but not with the reference {reference}: "
+                "the reference may be the odd one out"]
+    return []
