@@ -25,7 +25,7 @@ from portability.settings.options import CheckOptions, Limits
 from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
 from portability.workers import prestart as start_pool
 from portability.report.schema import TargetResult
-from portability.targets import Target, availability
+from portability.targets import Target
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ class Dispatch:
         self._own_services = services is None
         #: targets without a converter route (id -> why)
         self.no_route: dict[str, str] = chosen.no_route
+        #: target id -> (why it cannot run here, the install hint): the plan's
+        self.unavailable = chosen.unavailable
         #: the reference's failure explained, where the inputs were synthesized: (note, hint), else empty
         self.synthesized_failed: list[str] = []
         self._runtimes: dict[str, Any] = {}
@@ -126,7 +128,7 @@ class Dispatch:
     def prestart(self, targets: list[Target]) -> None:
         """The shared services the available ones of these targets use start now, beside the reference run, and
         the worker pools their workers fork from."""
-        ready = [t for t in targets if t.id not in self.no_route and availability(t).ok]
+        ready = [t for t in targets if t.id not in self.no_route and t.id not in self.unavailable]
         self.services.prestart({self._runtime(t).service for t in ready})
         for pool in sorted({self._runtime(t).pool for t in ready} - {""}):
             start_pool(pool)
@@ -220,10 +222,9 @@ class Dispatch:
         self.progress.target_started(target)
         t0 = time.monotonic()
         skip_reason = skip_reason or self.no_route.get(target.id)
-        avail = None if skip_reason else availability(target)
-        if skip_reason or not avail.ok:
-            res = verdict.skipped(target, self.opts.gate, skip_reason or avail.reason,
-                                  None if skip_reason else avail.hint, self.evaluator.thresholds_for(target))
+        why, hint = (skip_reason, None) if skip_reason else self.unavailable.get(target.id, (None, None))
+        if why:
+            res = verdict.skipped(target, self.opts.gate, why, hint, self.evaluator.thresholds_for(target))
         else:
             wdir = self.workdir / target.id.replace("/", "__")
             log.debug("%s: queued", target.id)

@@ -1,8 +1,8 @@
 """The check's plan: its targets, each with its converter chain (``converters/routes.py`` finds the routes),
-the gates, and the version matrix's targets."""
+the gates, the version matrix's targets, and which targets cannot run here (``targets.availability``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from portability.converters.routes import (AS_GIVEN, Edge, NoRoute, Plan, check_via, edges, formats,  # noqa: F401
@@ -81,12 +81,14 @@ def for_check(source_format: str, spec: str, via: str | None = None, reg: dict |
 @dataclass(frozen=True)
 class Planned:
     """A check's targets, the reference first, each with its chain; those without a route or whose asked
-    version could not be installed (id -> why); the plans recorded for the report; the versions asked."""
+    version could not be installed (id -> why); the plans recorded for the report; the versions asked; those
+    whose runtime or a converter of their route is not available here (id -> why, and the install hint)."""
 
     targets: list[Target]
     no_route: dict[str, str]
     records: dict[str, dict]
     versions: dict[str, dict]
+    unavailable: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
 def check_gate_rules(targets: list[Target], rules: list[str]) -> None:
@@ -108,4 +110,18 @@ def for_options(source_format: str, opts, say=lambda s: None) -> Planned:
     from portability import matrix
 
     targets, skips, info = matrix.expand(targets, opts.versions, opts.cache_dir, say)
-    return Planned(targets, {**no_route, **skips}, records, info)
+    no_route = {**no_route, **skips}
+    return Planned(targets, no_route, records, info, unavailable(t for t in targets if t.id not in no_route))
+
+
+def unavailable(targets) -> dict[str, tuple[str, str | None]]:
+    """Of ``targets``, those that cannot run here (``targets.availability``: ``find_spec`` and file checks,
+    nothing imported): id -> (why, the install hint)."""
+    from portability.targets import availability
+
+    out = {}
+    for t in targets:
+        a = availability(t)
+        if not a.ok:
+            out[t.id] = (a.reason, a.hint)
+    return out
