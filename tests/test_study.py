@@ -1,6 +1,12 @@
 """`portability study`: rows for every model (failures included), the cache of trained models, the
 tables, and the command line. Models train one optimizer step (the ``step`` profile); the full and
-quick profiles are exercised by bench/bench_study.py and docs/study.md."""
+quick profiles are exercised by bench/bench_study.py and docs/study.md.
+
+The tests of this file run in one test process (one ``xdist_group``), so they share its study cache: a model
+(framework, architecture, dataset, profile, seed, and the digest of the code that trains it) is trained once
+per test session, whichever test asks for it first, as a user's second study finds it in the cache. A test
+that needs a training of its own (the first run that trains, a model it breaks on purpose) uses a seed no
+other test uses."""
 from __future__ import annotations
 
 import json
@@ -11,17 +17,10 @@ import pytest
 
 from conftest import run_cli  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("study")]
 
-
-def _arm64_home() -> str:
-    from portability.mobile import arm64
-
-    return str(arm64.home())
-
-
-#: the user's provisioned ARM64 emulator, found before conftest makes the cache folder private
-ARM64_HOME = _arm64_home()
+#: seeds no other test of this file trains with (each test that breaks or must train its model has its own)
+OWN_SEED = {"trains": 7, "broken_export": 8, "corrupt": 9}
 
 
 def _study(tmp_path, **kw):
@@ -33,7 +32,8 @@ def _study(tmp_path, **kw):
 
 
 def test_a_torch_row_deploys_and_a_second_run_trains_nothing(tmp_path):
-    first = _study(tmp_path, frameworks=["torch"], archs=["lenet1"])
+    seed = OWN_SEED["trains"]
+    first = _study(tmp_path, frameworks=["torch"], archs=["lenet1"], seed=seed)
     (row,) = first["rows"]
     assert row["training"]["status"] == "ok" and row["training"]["cached"] is False
     assert row["export"]["status"] == "ok"
@@ -53,7 +53,7 @@ def test_a_torch_row_deploys_and_a_second_run_trains_nothing(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "server/ort-cpu" in p.stdout and "## Accuracy in its own framework" in (tmp_path / "s.md").read_text()
 
-    again = _study(tmp_path, frameworks=["torch"], archs=["lenet1"])
+    again = _study(tmp_path, frameworks=["torch"], archs=["lenet1"], seed=seed)
     (row2,) = again["rows"]
     assert row2["training"]["cached"] is True
     assert row2["training"]["dir"] == row["training"]["dir"]
@@ -62,7 +62,7 @@ def test_a_torch_row_deploys_and_a_second_run_trains_nothing(tmp_path):
     assert row2.get("resumed") is True and "resumed" not in row
     assert row2["targets"] == row["targets"] and row2["check"]["created_at"] == row["check"]["created_at"]
     # other deployment settings are another row: checked now
-    other = _study(tmp_path, frameworks=["torch"], archs=["lenet1"], targets="server/ort-cpu,server/ort-int8")
+    other = _study(tmp_path, frameworks=["torch"], archs=["lenet1"], targets="server/ort-cpu,server/ort-int8", seed=seed)
     (row3,) = other["rows"]
     assert "resumed" not in row3 and "server/ort-int8" in {t["id"] for t in row3["targets"]}
 
@@ -81,7 +81,8 @@ def test_a_failed_export_is_a_row_of_failures_not_a_crash(tmp_path, monkeypatch)
         return zoo.Trained(t.framework, t.arch, t.dataset, t.dir, meta, t.cached)
 
     monkeypatch.setattr(zoo, "train", broken_export)
-    study = _study(tmp_path, frameworks=["keras"], archs=["lenet1"], targets="server/ort-cpu,mobile/tflite-fp32")
+    study = _study(tmp_path, frameworks=["keras"], archs=["lenet1"], targets="server/ort-cpu,mobile/tflite-fp32",
+                   seed=OWN_SEED["broken_export"])
     (row,) = study["rows"]
     assert row["training"]["status"] == "ok"
     assert {t["status"] for t in row["targets"]} == {"convert-error"}
@@ -104,7 +105,7 @@ def test_a_corrupt_model_file_is_a_row_with_its_status(tmp_path, monkeypatch):
         return t
 
     monkeypatch.setattr(zoo, "train", corrupt)
-    study = _study(tmp_path, frameworks=["torch"], archs=["lenet5"])
+    study = _study(tmp_path, frameworks=["torch"], archs=["lenet5"], seed=OWN_SEED["corrupt"])
     (row,) = study["rows"]
     assert row["targets"] and all(t["status"] in ("load-error", "convert-error") for t in row["targets"]), row["targets"]
     assert "check refused" in row["targets"][0]["error"] or row["check"]
@@ -113,22 +114,23 @@ def test_a_corrupt_model_file_is_a_row_with_its_status(tmp_path, monkeypatch):
 
 @pytest.mark.web
 @pytest.mark.mobile
-@pytest.mark.arm64
 @pytest.mark.mxnet
-def test_the_quick_study_of_lenet5_in_every_framework(tmp_path, monkeypatch):
-    """`portability study --quick -m lenet5`: all three frameworks trained, exported and deployed to the
-    quick profile's server, web and mobile targets; tables printed; JSON and Markdown written."""
+def test_the_quick_study_of_lenet5_in_every_framework(tmp_path):
+    """`portability study --quick -m lenet5`: all three frameworks trained (the quick profile's budget),
+    exported and deployed to a server, a web and a mobile target; tables printed; JSON and Markdown written. (The
+    quick profile's own targets, every platform's main runtimes, are the next test's; the whole quick study is
+    bench/bench_study.py's.)"""
     from portability.core import mxnet_env
-    from portability.mobile import arm64
 
-    monkeypatch.setenv("PORTABILITY_ARM64_DIR", ARM64_HOME)
-    for ok, why in (mxnet_env.status(), arm64.status()):
-        if not ok:
-            pytest.skip(why)
+    ok, why = mxnet_env.status()
+    if not ok:
+        pytest.skip(why)
     out, md = tmp_path / "study.json", tmp_path / "study.md"
-    p = run_cli("study", "--quick", "-m", "lenet5", "--json", str(out), "--markdown", str(md), timeout=1800)
+    p = run_cli("study", "--quick", "-m", "lenet5", "-t", QUICK_SAMPLE, "--json", str(out), "--markdown", str(md),
+                timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     study = json.loads(out.read_text())
+    assert study["options"]["profile"] == "quick"
     assert [(r["framework"], r["arch"], r["dataset"]) for r in study["rows"]] == [
         ("torch", "lenet5", "mnist"), ("keras", "lenet5", "mnist"), ("mxnet", "lenet5", "mnist")]
     for r in study["rows"]:
@@ -137,7 +139,7 @@ def test_the_quick_study_of_lenet5_in_every_framework(tmp_path, monkeypatch):
         status = {t["id"]: t["status"] for t in r["targets"]}
         assert {"web", "mobile", "server"} <= {t.split("/")[0] for t in status}
         # a LeNet converts and runs everywhere: every fp32 route agrees with the framework's own model
-        for tid in ("server/ort-cpu", "web/ort-wasm", "web/tfjs-wasm", "mobile/tflite-fp32", "mobile/arm64-tflite"):
+        for tid in QUICK_SAMPLE.split(","):
             assert status[tid] == "pass", (r["framework"], tid, status[tid])
     head = next(line for line in p.stdout.splitlines() if line.strip().startswith("┃ model"))
     assert all(fw in head for fw in ("torch", "keras", "mxnet"))
@@ -146,6 +148,25 @@ def test_the_quick_study_of_lenet5_in_every_framework(tmp_path, monkeypatch):
     for title in ("Accuracy after deployment", "Numeric drift", "Model size", "Latency"):
         assert f"## {title}" in text
     assert "epoch 1/1" in p.stderr  # training progress
+
+
+#: one target of each platform, of the quick profile's
+QUICK_SAMPLE = "server/ort-cpu,web/ort-wasm,mobile/tflite-fp32"
+
+
+def test_the_quick_profile_deploys_to_each_platforms_main_runtimes():
+    """`--quick` without `--targets`: the quick profile's targets, every one registered, every platform among them
+    (the sample the test above deploys to included), the ARM64 emulator's TFLite as mobile's device-side run."""
+    from portability.study.run import DEFAULT_TARGETS, StudyOptions, _Study
+    from portability.targets import registry
+
+    study = _Study(StudyOptions(frameworks=["torch"], archs=["lenet5"], profile="quick"), progress=None)
+    ids = study.targets.split(",")
+    assert study.targets == DEFAULT_TARGETS["quick"] and set(QUICK_SAMPLE.split(",")) <= set(ids)
+    reg = registry()
+    assert all(t in reg for t in ids), [t for t in ids if t not in reg]
+    assert {reg[t].platform for t in ids} == {"server", "web", "mobile"}
+    assert {"web/tfjs-wasm", "web/litert-js", "mobile/arm64-tflite", "mobile/ort-mobile"} <= set(ids)
 
 
 @pytest.mark.parametrize("args, word", [(("-f", "caffe"), "framework"), (("-m", "vgg"), "model"),
