@@ -211,3 +211,31 @@ def test_a_folder_others_can_open_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
     with pytest.raises(client.Unreachable, match="not this user's own folder"):
         client.runtime_dir()
+
+
+@needs_browser
+def test_an_idle_session_lets_go_of_its_pools_and_kept_pages_and_the_next_check_makes_them_again(tmp_path, own):
+    """After ``--trim`` seconds without a check the resident session lets go of its worker pools and the browsers'
+    idle kept pages (most of its memory), keeping the browsers themselves; ``serve --status`` says so; the next
+    check starts them again and passes as the first did."""
+    assert run_cli("serve", "--trim", "2").returncode == 0
+    targets = "server/ort-cpu,web/ort-wasm,web/tfjs-wasm"
+    first = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", targets, "--no-history"))
+    deadline, before = time.monotonic() + 60, _status(own)
+    while not before["worker_pools"] and time.monotonic() < deadline:  # the pools the check warmed, starting
+        time.sleep(0.5)
+        before = _status(own)
+    assert before["worker_pools"] and before["trimmed"] is None, before
+    st = before
+    while not (st.get("trimmed") or {}).get("pools") and time.monotonic() < deadline:
+        time.sleep(3)  # a request is activity: asked less often than the trim's 2 s
+        st = _status(own)
+    assert st["trimmed"]["pools"] >= 1 and st["trimmed"]["pages"] >= 1, st
+    assert st["worker_pools"] == [] and st["memory_mb"]["unique"] < before["memory_mb"]["unique"], (before, st)
+    browsers = [[s for s in x["services"] if s["provider"] != "pool"] for x in (before, st)]
+    assert browsers[0] and browsers[0] == browsers[1]  # the browsers stay, started once
+    assert "let go of" in run_cli("serve", "--status").stdout
+    again = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", "--targets", targets, "--no-history"))
+    assert {t: r["status"] for t, r in again.items()} == {t: r["status"] for t, r in first.items()} == dict.fromkeys(
+        targets.split(","), "pass")
+    assert _status(own)["trimmed"] is None

@@ -7,10 +7,12 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from portability.resident import client
+from portability.resident.protocol import TRIM_S
 
 
 def serve(
@@ -18,6 +20,10 @@ def serve(
     status: bool = typer.Option(False, "--status", help="Say whether it runs, since when, and what it serves."),
     idle: float = typer.Option(client.IDLE_S, "--idle", min=1.0,
                                help="Seconds without a check after which it stops by itself (default {:g}).".format(client.IDLE_S)),
+    trim: Optional[float] = typer.Option(None, "--trim", min=1.0,
+                                         help="Seconds without a check after which it lets go of its worker pools and "
+                                              "the browsers' kept pages, keeping the browsers and the emulator "
+                                              "(default {:g}): most of its memory, quick to make again.".format(TRIM_S)),
     foreground: bool = typer.Option(False, "--foreground", help="Run it in this process (Ctrl-C stops it)."),
     as_json: bool = typer.Option(False, "--json", help="--status as JSON."),
 ) -> int:
@@ -30,12 +36,12 @@ def serve(
     from portability.core.errors import UsageError
 
     try:
-        return _serve(stop, status, idle, foreground, as_json)
+        return _serve(stop, status, idle, foreground, as_json, trim)
     except client.Unreachable as e:  # none could start, or what would reach it is not this user's: exit 2
         raise UsageError(str(e)) from None
 
 
-def _serve(stop: bool, status: bool, idle: float, foreground: bool, as_json: bool) -> int:
+def _serve(stop: bool, status: bool, idle: float, foreground: bool, as_json: bool, trim: float | None = None) -> int:
     path = client.socket_path()
     if stop:
         answer = _ask("stop", path)
@@ -56,8 +62,8 @@ def _serve(stop: bool, status: bool, idle: float, foreground: bool, as_json: boo
         typer.echo(json.dumps({"running": True, **info}) if as_json else _describe(info))
         return 0
     if foreground:
-        return _foreground(path, idle)
-    info = client.start(path, idle)
+        return _foreground(path, idle, trim)
+    info = client.start(path, idle, trim)
     typer.echo(_describe(info))
     return 0
 
@@ -72,13 +78,13 @@ def _ask(op: str, path: Path) -> dict | None:
         return None
 
 
-def _foreground(path: Path, idle: float) -> int:
+def _foreground(path: Path, idle: float, trim: float | None = None) -> int:
     """The resident process in this one, its socket's folder made and checked first."""
     from portability.resident.server import main
 
     client.own_folder(path, make=True)
     try:
-        main(["--socket", str(path), "--idle", str(idle)])
+        main(["--socket", str(path), "--idle", str(idle), *(["--trim", str(trim)] if trim is not None else [])])
     except OSError as e:
         raise client.Unreachable(f"the resident session could not listen at {path} ({e.strerror or e})") from None
     return 0
@@ -92,7 +98,15 @@ def _describe(info: dict) -> str:
     return (f"resident session pid {info['pid']} at {info['socket']}, up {up:.0f} s, {info.get('leases', 0)} "
             f"lease(s) held, {info.get('served', 0)} served; services: {services}; worker pools: {pools}; "
             f"{info.get('pool_leases', 0)} check(s) forking from them; {_memory(info.get('memory_mb') or {})}; "
-            f"stops after {info.get('idle_s', 0):g} s idle")
+            f"{_trim(info)}stops after {info.get('idle_s', 0):g} s idle")
+
+
+def _trim(info: dict) -> str:
+    done = info.get("trimmed")
+    if done:
+        return (f"idle: let go of {done['pools']} worker pool(s) and {done['pages']} kept page(s) "
+                f"{time.time() - float(done['at']):.0f} s ago; ")
+    return f"lets go of its worker pools and kept pages after {info['trim_s']:g} s idle; " if info.get("trim_s") else ""
 
 
 def _memory(m: dict) -> str:

@@ -147,7 +147,7 @@ def request(op: str, path: Path | None = None, **fields) -> dict:
         return _ask(s, {"op": op, **fields})
 
 
-def start(path: Path | None = None, idle_s: float = IDLE_S) -> dict:
+def start(path: Path | None = None, idle_s: float = IDLE_S, trim_s: float | None = None) -> dict:
     """The resident process at ``path``: the running one, else one started now (in the background, in a
     session of its own, its log beside the socket). Two checks starting at once start one (a file lock)."""
     path = path or socket_path()
@@ -156,12 +156,12 @@ def start(path: Path | None = None, idle_s: float = IDLE_S) -> dict:
     except Unreachable:
         pass
     try:
-        return _start(path, idle_s)
+        return _start(path, idle_s, trim_s=trim_s)
     except OSError as e:
         raise Unreachable(f"no resident session could start at {path} ({e.strerror or e})") from None
 
 
-def _start(path: Path, idle_s: float, warm: dict | None = None, wait: bool = True) -> dict:
+def _start(path: Path, idle_s: float, warm: dict | None = None, wait: bool = True, trim_s: float | None = None) -> dict:
     own_folder(path, make=True)
     with os.fdopen(_open_own(path.with_suffix(".lock"), os.O_RDWR), "rb") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -170,7 +170,7 @@ def _start(path: Path, idle_s: float, warm: dict | None = None, wait: bool = Tru
         except Unreachable:
             pass
         path.unlink(missing_ok=True)  # a stale socket of a resident process that died
-        argv = server_argv(path, idle_s)
+        argv = server_argv(path, idle_s) + (["--trim", str(trim_s)] if trim_s is not None else [])
         if warm:  # the worker pools to start once it listens: read (and removed) by it, in the user's own folder
             argv += ["--warm", str(_warm_file(path, warm))]
         log_file = path.with_suffix(".log")

@@ -13,6 +13,10 @@ import socket
 import struct
 from typing import Any, BinaryIO
 
+#: seconds with no lease held and no request after which the resident session lets go of its worker pools and the
+#: browsers' kept pages (``server.Resident.trim``), keeping the browsers and the emulator
+TRIM_S = 60.0
+
 #: the longest line either side reads (bytes, its newline included); a longer one is refused
 MAX_LINE = 1 << 20
 #: how long the resident process waits for a connection's request line (seconds)

@@ -1,10 +1,13 @@
 """The resident process: serves leases of the shared services (``workers.services`` providers: the browsers,
 the ARM64 emulator) to the checks of one user, over the Unix socket of ``client.socket_path``.
 
-    python -P -m portability.resident.server --socket PATH [--idle SECONDS]
+    python -P -m portability.resident.server --socket PATH [--idle SECONDS] [--trim SECONDS]
 
 One provider per (service, sandbox mode), started on its first lease and kept until the process stops: after
-``--idle`` seconds with no lease held and no request, on ``{"op": "stop"}``, on SIGTERM/SIGINT. Only the socket's
+``--idle`` seconds with no lease held and no request, on ``{"op": "stop"}``, on SIGTERM/SIGINT. Sooner, after
+``--trim`` seconds so (:data:`TRIM_S`), it lets go of what costs memory and is quick to make again: the worker
+pools (a TensorFlow one holds half a gigabyte) and the browsers' kept pages (some 40 MB each); the browsers and
+the emulator stay, and the next check starts the pools again beside its model's reading. Only the socket's
 owner may connect (the folder is 0700, and the peer's uid is checked). A request is one bounded line read with a
 timeout, and picks from closed lists (``protocol``): whatever it is, it gets an answer (``{"ok": false,
 "error": ...}`` for what cannot be served) and the process serves on. The services' OS sandbox reads the
@@ -29,6 +32,7 @@ from portability.resident.protocol import BadRequest
 log = logging.getLogger("portability.resident")
 #: the (service, mode) key of the worker pools' provider
 _POOL = ("pool", "pool")
+TRIM_S = protocol.TRIM_S
 
 
 def _sandbox(mode: str) -> dict:
@@ -45,8 +49,10 @@ def _new(cls_path: str) -> Any:
 
 
 class Resident:
-    def __init__(self, path: Path, idle_s: float):
-        self.path, self.idle_s = path, idle_s
+    def __init__(self, path: Path, idle_s: float, trim_s: float = TRIM_S):
+        self.path, self.idle_s, self.trim_s = path, idle_s, trim_s
+        #: what the last trim let go of (``trim``), None until one ran; cleared by the next request
+        self.trimmed: dict | None = None
         self.started = time.time()
         self._lock = threading.Lock()
         self._providers: dict[tuple[str, str], Any] = {}
@@ -95,7 +101,27 @@ class Resident:
             pools = [pool for p in self._providers.values() if hasattr(p, "pools") for pool in p.pools()]
         return {"ok": True, "pid": os.getpid(), "socket": str(self.path), "since": self.started,
                 "leases": self.leases, "served": self.served, "idle_s": self.idle_s, "services": services,
-                "worker_pools": pools, "pool_leases": self.pool_leases, "memory_mb": tree_memory_mb(os.getpid())}
+                "worker_pools": pools, "pool_leases": self.pool_leases, "trim_s": self.trim_s, "trimmed": self.trimmed,
+                "memory_mb": tree_memory_mb(os.getpid())}
+
+    def trim(self) -> dict:
+        """Let go of the worker pools and of the browsers' idle kept pages (the module's docstring); what was let go
+        of, said in ``status``. Only while no check holds a lease: a page a check claims meanwhile is not idle."""
+        with self._lock:
+            host = self._providers.pop(_POOL, None) if self.pool_leases == 0 else None
+            providers = list(self._providers.values())
+        pools = len(host.pools()) if host is not None else 0
+        if host is not None:
+            host.close()
+        pages = 0
+        for p in providers:
+            try:
+                pages += p.release_pages() if hasattr(p, "release_pages") else 0
+            except Exception as e:  # a browser that went away meanwhile: nothing of it to let go of
+                log.info("letting go of kept pages: %s", e)
+        self.trimmed = {"pools": pools, "pages": pages, "at": time.time()}
+        log.info("idle %.0f s: let go of %d worker pools and %d kept pages", self.trim_s, pools, pages)
+        return self.trimmed
 
     def handle(self, conn: socket.socket) -> None:
         """One connection: its peer must be this user; its request line comes within ``protocol.REQUEST_TIMEOUT_S``.
@@ -132,6 +158,7 @@ class Resident:
             raise BadRequest(f"unknown request {op!r} (known: {', '.join(protocol.OPS)})")
         if op == "status":
             return _send(conn, self.status())
+        self.trimmed = None  # a check: what it starts is let go of again after the next idle while
         if op == "stop":
             _send(conn, {"ok": True, "pid": os.getpid()})
             self._stop.set()
@@ -212,8 +239,10 @@ class Resident:
         return None
 
     # --- the loop --------------------------------------------------------------------------------------
-    def idle(self) -> bool:
-        return self.leases == 0 and self.pool_leases == 0 and time.monotonic() - self._last > self.idle_s
+    def idle(self, after_s: float | None = None) -> bool:
+        """No lease held, and no request for ``after_s`` seconds (default: ``--idle``'s)."""
+        after_s = self.idle_s if after_s is None else after_s
+        return self.leases == 0 and self.pool_leases == 0 and time.monotonic() - self._last > after_s
 
     def serve(self) -> None:
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -234,6 +263,9 @@ class Resident:
                 try:
                     conn, _ = srv.accept()
                 except socket.timeout:
+                    if self.trimmed is None and self.trim_s < self.idle_s and self.idle(self.trim_s):
+                        self.trimmed = {"pools": 0, "pages": 0, "at": time.time()}  # under way: not started twice
+                        threading.Thread(target=self.trim, name="trim", daemon=True).start()
                     continue
                 conn.settimeout(None)
                 self._last = time.monotonic()
@@ -279,11 +311,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="The resident session of portability's shared services.")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--idle", type=float, default=300.0)
+    ap.add_argument("--trim", type=float, default=TRIM_S)
     ap.add_argument("--warm", help="a JSON file of worker pools to start once listening (removed when read)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=os.environ.get("PORTABILITY_LOG", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    r = Resident(Path(args.socket), args.idle)
+    r = Resident(Path(args.socket), args.idle, args.trim)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: r._stop.set())
     if args.warm:

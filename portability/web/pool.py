@@ -165,6 +165,28 @@ def _try(browser, info: dict[str, Any], token: str, check: str = "") -> KeptPage
     return None
 
 
+def release_idle(endpoint: str) -> int:
+    """Close every idle kept page of the browser at ``endpoint`` (a resident session that has been idle a while
+    lets its pages go: ``resident/server.py``); a page a worker holds is not idle and stays. How many closed."""
+    from portability.web.browser import Browser
+
+    cdp, pages = split(endpoint)
+    if not pages:
+        return 0
+    browser = Browser(endpoint=cdp).start(context=False)
+    try:
+        index, token, closed = pages + "h/index.html", secrets.token_urlsafe(9), 0
+        for t in browser.command("Target.getTargets")["targetInfos"]:
+            if t.get("type") == "page" and t.get("url", "").startswith(index + "#"):
+                page = _try(browser, t, token)
+                if page is not None:
+                    page.discard()
+                    closed += 1
+        return closed
+    finally:
+        browser.close()
+
+
 def _evict(browser, others: list[dict[str, Any]]) -> None:
     """Close one idle page of another configuration (the first that can be claimed)."""
     token = secrets.token_urlsafe(9)

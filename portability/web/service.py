@@ -23,6 +23,14 @@ class BrowserService(SharedProcesses):
 
         return KeepingChromium(bool(webgpu), sandbox=Sandbox.from_dict(getattr(self, "sandbox", None)).mode)
 
+    def release_pages(self) -> int:
+        """Close every idle kept page of the running browsers (``web.pool.release_idle``): how many."""
+        from portability.web import pool
+
+        with self._lock:
+            browsers = [b for b in self._current.values() if b.alive()]
+        return sum(pool.release_idle(b.endpoint) for b in browsers)
+
 
 class KeepingChromium(Chromium):
     """A shared Chromium with the static server of the pages it keeps warm (``web/pool.py``), named in its
