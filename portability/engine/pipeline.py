@@ -83,6 +83,9 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
              lasting=session is not None)
     try:
         model = model or load_source_isolated(model_path, sandbox=opts.sandbox, shapes=opts.shapes)
+        # --generate on an encoder-decoder's decoder: its encoder, read as the model is
+        encoder = (load_source_isolated(opts.encoder, sandbox=opts.sandbox)
+                   if getattr(opts, "generate", 0) and getattr(opts, "encoder", None) else None)
         feeds = inp.prepare(model, opts)
         chosen = plan.for_options(model.format, opts, getattr(progress, "note", None) or (lambda s: log.info("%s", s)))
     except BaseException:  # a bad model, input or flag: no target runs
@@ -92,7 +95,7 @@ def check(model_path: str | os.PathLike, opts: CheckOptions, progress: Progress 
     workdir = Path(tempfile.mkdtemp(prefix="portability-run-"))
     dispatch = None
     try:
-        dispatch = Dispatch(model, feeds, opts, prepare(model, feeds, opts, workdir), progress, chosen,
+        dispatch = Dispatch(model, feeds, opts, prepare(model, feeds, opts, workdir, encoder), progress, chosen,
                             session.services if session else None)
         if session is not None:
             session.readable(dispatch.readable)

@@ -53,9 +53,11 @@ class Prepared:
         return self.workdir.name
 
 
-def prepare(model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path) -> Prepared:
+def prepare(model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Path,
+            encoder: ModelInfo | None = None) -> Prepared:
     """Write the feeds and the calibration data (with ``--dataset``, the held-out samples leave ``feeds``: see the
-    module's docstring), craft the robustness pass's inputs where asked."""
+    module's docstring), craft the robustness pass's inputs where asked; ``encoder``: ``--encoder``'s model, read
+    beside the model (``--generate`` on an encoder-decoder's decoder)."""
     in_names = tuple(i.name for i in model.inputs)
     conv = getattr(opts, "convert_shapes", None) or {}
     shapes = {s.name: [int(d) for d in conv.get(s.name, feeds.arrays[s.name].shape[1:])]
@@ -68,11 +70,11 @@ def prepare(model: ModelInfo, feeds: inp.Feeds, opts: CheckOptions, workdir: Pat
         from portability.metrics.robustness import run as robust
 
         rob = robust.prepare(model, feeds, opts, workdir)
-    return Prepared(workdir, feeds_file, in_names, shapes, cal.file, rob, generation(model, opts),
+    return Prepared(workdir, feeds_file, in_names, shapes, cal.file, rob, generation(model, opts, encoder),
                     calibration_source=cal.source, calibration_facts=cal.facts)
 
 
-def generation(model: ModelInfo, opts: CheckOptions) -> dict:
+def generation(model: ModelInfo, opts: CheckOptions, encoder: ModelInfo | None = None) -> dict:
     """``--generate``'s steps and prompt, checked against the model: a decoder's, ids inside its vocabulary."""
     if not getattr(opts, "generate", 0):
         return {}
@@ -84,7 +86,7 @@ def generation(model: ModelInfo, opts: CheckOptions) -> dict:
         raise UsageError("--generate needs a causal language model's decoder: input_ids with past key/value inputs "
                          "(past_key_values.N.key/value) or present outputs, as Optimum exports them")
     if lay.states:
-        return _encoder_decoder(model, opts)
+        return _encoder_decoder(model, opts, encoder)
     vocab = model.index_bounds.get(lay.ids)
     prompt = list(opts.prompt_ids) or default_prompt(vocab, seed=opts.seed)
     if vocab and max(prompt) >= vocab:
@@ -92,17 +94,15 @@ def generation(model: ModelInfo, opts: CheckOptions) -> dict:
     return {"steps": int(opts.generate), "prompt": prompt}
 
 
-def _encoder_decoder(model: ModelInfo, opts: CheckOptions) -> dict:
+def _encoder_decoder(model: ModelInfo, opts: CheckOptions, enc: ModelInfo | None) -> dict:
     """``--generate`` on an encoder-decoder's decoder: the encoder (``--encoder``) each target runs once on the
     prompt (its input ids), and the decoder's start token (``decoder_start_token_id`` of a ``config.json``
     beside the decoder, as Optimum exports it; else 0, T5's pad id)."""
     from portability.core.generate import default_prompt
-    from portability.sources import load_source_isolated
 
-    if not getattr(opts, "encoder", None):
+    if enc is None:
         raise UsageError("--generate on an encoder-decoder's decoder (it reads encoder_hidden_states) needs its "
                          "encoder: --encoder encoder_model.onnx")
-    enc = load_source_isolated(opts.encoder, sandbox=opts.sandbox)
     names = [i.name for i in enc.inputs]
     ids = next((n for n in ("input_ids", "input_features") if n in names), None)
     if ids != "input_ids" or not enc.outputs:
