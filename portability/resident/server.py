@@ -61,6 +61,8 @@ class Resident:
         #: the checks that hold a lease of a worker pool zygote (``_pool``)
         self.pool_leases = 0
         self._last = time.monotonic()
+        #: the last request of a check (a status request is none): what the trim's idle time counts from
+        self._last_check = self._last
         self._stop = threading.Event()
 
     # --- the providers -------------------------------------------------------------------------------
@@ -126,6 +128,7 @@ class Resident:
     def handle(self, conn: socket.socket) -> None:
         """One connection: its peer must be this user; its request line comes within ``protocol.REQUEST_TIMEOUT_S``.
         Whatever goes wrong is answered (where the connection still takes it) and logged, never raised."""
+        op = None
         try:
             with conn:
                 uid = protocol.peer_uid(conn)
@@ -133,19 +136,24 @@ class Resident:
                     log.warning("refused a connection of uid %d", uid)
                     return
                 conn.settimeout(protocol.REQUEST_TIMEOUT_S)
-                self._serve_one(conn, conn.makefile("rb"))
+                op = self._serve_one(conn, conn.makefile("rb"))
         except OSError as e:
             log.info("a connection ended: %s", e)
         except Exception as e:  # a bug, logged where the log is read: the process serves on
             log.error("a request failed: %s: %s", type(e).__name__, e, exc_info=True)
         finally:
             self._last = time.monotonic()
+            if op != "status":
+                self._last_check = self._last
 
-    def _serve_one(self, conn: socket.socket, f: BinaryIO) -> None:
+    def _serve_one(self, conn: socket.socket, f: BinaryIO) -> str | None:
+        """Serve the connection's request; its op (None where there was none to read)."""
         try:
             req = _request(f)
             if req is not None:
                 self._one(conn, f, req)
+                return req.get("op")
+            return None
         except BadRequest as e:
             _refuse(conn, str(e))
         except Exception as e:
@@ -159,6 +167,7 @@ class Resident:
         if op == "status":
             return _send(conn, self.status())
         self.trimmed = None  # a check: what it starts is let go of again after the next idle while
+        self._last_check = time.monotonic()
         if op == "stop":
             _send(conn, {"ok": True, "pid": os.getpid()})
             self._stop.set()
@@ -239,10 +248,13 @@ class Resident:
         return None
 
     # --- the loop --------------------------------------------------------------------------------------
-    def idle(self, after_s: float | None = None) -> bool:
-        """No lease held, and no request for ``after_s`` seconds (default: ``--idle``'s)."""
-        after_s = self.idle_s if after_s is None else after_s
-        return self.leases == 0 and self.pool_leases == 0 and time.monotonic() - self._last > after_s
+    def idle(self) -> bool:
+        """No lease held, and no request for ``--idle`` seconds."""
+        return self.leases == 0 and self.pool_leases == 0 and time.monotonic() - self._last > self.idle_s
+
+    def quiet(self) -> bool:
+        """No lease held, and no check's request for ``--trim`` seconds (``serve --status`` asking is no check)."""
+        return self.leases == 0 and self.pool_leases == 0 and time.monotonic() - self._last_check > self.trim_s
 
     def serve(self) -> None:
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -263,7 +275,7 @@ class Resident:
                 try:
                     conn, _ = srv.accept()
                 except socket.timeout:
-                    if self.trimmed is None and self.trim_s < self.idle_s and self.idle(self.trim_s):
+                    if self.trimmed is None and self.trim_s < self.idle_s and self.quiet():
                         self.trimmed = {"pools": 0, "pages": 0, "at": time.time()}  # under way: not started twice
                         threading.Thread(target=self.trim, name="trim", daemon=True).start()
                     continue
