@@ -119,9 +119,5 @@ def unavailable(targets) -> dict[str, tuple[str, str | None]]:
     nothing imported): id -> (why, the install hint)."""
     from portability.targets import availability
 
-    out = {}
-    for t in targets:
-        a = availability(t)
-        if not a.ok:
-            out[t.id] = (a.reason, a.hint)
-    return out
+    found = {t.id: availability(t) for t in targets}
+    return {tid: (a.reason, a.hint) for tid, a in found.items() if not a.ok}

@@ -5,7 +5,7 @@ the ARM64 emulator) to the checks of one user, over the Unix socket of ``client.
 
 One provider per (service, sandbox mode), started on its first lease and kept until the process stops: after
 ``--idle`` seconds with no lease held and no request, on ``{"op": "stop"}``, on SIGTERM/SIGINT. Sooner, after
-``--trim`` seconds so (:data:`TRIM_S`), it lets go of what costs memory and is quick to make again: the worker
+``--trim`` seconds so (``protocol.TRIM_S``), it lets go of what costs memory and is quick to make again: the worker
 pools (a TensorFlow one holds half a gigabyte) and the browsers' kept pages (some 40 MB each); the browsers and
 the emulator stay, and the next check starts the pools again beside its model's reading. Only the socket's
 owner may connect (the folder is 0700, and the peer's uid is checked). A request is one bounded line read with a
@@ -32,7 +32,6 @@ from portability.resident.protocol import BadRequest
 log = logging.getLogger("portability.resident")
 #: the (service, mode) key of the worker pools' provider
 _POOL = ("pool", "pool")
-TRIM_S = protocol.TRIM_S
 
 
 def _sandbox(mode: str) -> dict:
@@ -49,7 +48,7 @@ def _new(cls_path: str) -> Any:
 
 
 class Resident:
-    def __init__(self, path: Path, idle_s: float, trim_s: float = TRIM_S):
+    def __init__(self, path: Path, idle_s: float, trim_s: float = protocol.TRIM_S):
         self.path, self.idle_s, self.trim_s = path, idle_s, trim_s
         #: what the last trim let go of (``trim``), None until one ran; cleared by the next request
         self.trimmed: dict | None = None
@@ -323,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="The resident session of portability's shared services.")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--idle", type=float, default=300.0)
-    ap.add_argument("--trim", type=float, default=TRIM_S)
+    ap.add_argument("--trim", type=float, default=protocol.TRIM_S)
     ap.add_argument("--warm", help="a JSON file of worker pools to start once listening (removed when read)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=os.environ.get("PORTABILITY_LOG", "INFO").upper(),

@@ -122,8 +122,7 @@ def claim(browser, pages: str, page_key: str, digest: str, check: str = "") -> K
     page of its own)."""
     token = secrets.token_urlsafe(9)
     index = pages + "h/index.html"
-    kept = [t for t in browser.command("Target.getTargets")["targetInfos"]
-            if t.get("type") == "page" and t.get("url", "").startswith(index + "#")]
+    kept = _kept(browser, pages)
     mine = [t for t in kept if _fields(t["url"]).get("k") == page_key]
 
     def rank(t) -> int:
@@ -151,6 +150,13 @@ def claim(browser, pages: str, page_key: str, digest: str, check: str = "") -> K
     return KeptPage(browser, browser.target, context, state, check)
 
 
+def _kept(browser, pages: str) -> list[dict[str, Any]]:
+    """The browser's kept pages (those of the harness its pages' server at ``pages`` serves), idle or not."""
+    index = pages + "h/index.html#"
+    return [t for t in browser.command("Target.getTargets")["targetInfos"]
+            if t.get("type") == "page" and t.get("url", "").startswith(index)]
+
+
 def _try(browser, info: dict[str, Any], token: str, check: str = "") -> KeptPage | None:
     """Claim this page if it is idle (and still there)."""
     try:
@@ -175,13 +181,12 @@ def release_idle(endpoint: str) -> int:
         return 0
     browser = Browser(endpoint=cdp).start(context=False)
     try:
-        index, token, closed = pages + "h/index.html", secrets.token_urlsafe(9), 0
-        for t in browser.command("Target.getTargets")["targetInfos"]:
-            if t.get("type") == "page" and t.get("url", "").startswith(index + "#"):
-                page = _try(browser, t, token)
-                if page is not None:
-                    page.discard()
-                    closed += 1
+        token, closed = secrets.token_urlsafe(9), 0
+        for t in _kept(browser, pages):
+            page = _try(browser, t, token)
+            if page is not None:
+                page.discard()
+                closed += 1
         return closed
     finally:
         browser.close()
