@@ -41,3 +41,26 @@ def test_a_latency_not_timed_is_no_regression():
     after = report({"latency_ms": None, "latency_skipped": "emulated"})
     assert [c.kind for c in diff(before, after).changes if c.kind == "latency"] == []
     assert [c.kind for c in diff(after, before).changes if c.kind == "latency"] == []
+
+
+def test_the_reference_implementation_is_compared_but_not_timed_unless_asked(tmp_path):
+    """onnx.reference evaluates the spec in Python: its speed is no runtime's a user ships."""
+    args = ("-t", "server/onnx-reference,server/ort-cpu-noopt")
+    plain = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", *args))
+    ref, noopt = plain["server/onnx-reference"], plain["server/ort-cpu-noopt"]
+    assert ref["status"] == "pass" and ref["metrics"]["latency_ms"] is None
+    assert ref["metrics"]["latency_skipped"] == "reference implementation"
+    assert any("not timed" in n and "reference implementation" in n for n in ref["notes"])
+    assert noopt["metrics"]["latency_ms"]["p50"] > 0 and "latency_skipped" not in noopt["metrics"]
+    timed = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", *args, "--time-emulated"))["server/onnx-reference"]
+    assert timed["metrics"]["latency_ms"]["p50"] > 0 and "latency_skipped" not in timed["metrics"]
+    assert timed["metrics"]["outputs"] == ref["metrics"]["outputs"]
+
+
+def test_each_reason_not_to_time_has_a_mark_and_a_note():
+    from portability.metrics.latency import UNTIMED, mark, timing_note
+    from portability.runtimes.onnx_reference import OnnxReference
+
+    assert OnnxReference.not_a_device in UNTIMED
+    for why, (whose, short) in UNTIMED.items():
+        assert mark(why) == short and timing_note({"latency_skipped": why})[0].startswith(f"not timed: its speed is {whose}'s")

@@ -16,6 +16,10 @@ THRESHOLDS: dict = {}  # latency is reported, never judged: it is noisy
 TOLERANCES = {"latency_growth": 0.5, "gate_latency": False}
 #: the kinds of change its ``regressions`` report
 REGRESSION_KINDS = ("latency",)
+#: why a target is not timed (``Runtime.untimed``, the report's ``latency_skipped``): whose speed it would be,
+#: and the table's mark
+UNTIMED = {"emulated": ("an emulator", "emu"), "software adapter": ("a software GPU adapter", "sw"),
+           "reference implementation": ("a reference implementation in Python", "ref")}
 
 
 def compute(ev) -> tuple[dict, list[str]]:
@@ -43,9 +47,14 @@ def regressions(before, after, tol) -> list[Moved]:
     return [Moved("latency", "p50_ms", x, y, tol.gate_latency and y > x, f"p50 latency {x:.4g} → {y:.4g} ms ({y / x:.2f}x)")]
 
 
+def mark(untimed: str | None) -> str:
+    """The table's mark of a target not timed for this reason ("" for none)."""
+    return UNTIMED.get(untimed or "", ("", ""))[1]
+
+
 def _p50(t, medium: str) -> str:
     if (t.metrics or {}).get("latency_skipped") and medium == "terminal":
-        return "– " + {"emulated": "emu", "software adapter": "sw"}.get(t.metrics["latency_skipped"], "")
+        return "– " + mark(t.metrics["latency_skipped"])
     lat = (t.metrics or {}).get("latency_ms") or {}
     return fmt(lat.get("p50"), ".3f", medium) + ((" emu" if medium == "terminal" else " (emulated)") if lat.get("emulated") else "")
 
@@ -264,8 +273,8 @@ def timing_note(m: dict) -> tuple[str, ...]:
     """What a target timed within its budget with fewer runs than asked says (nothing where its median was
     stable before the budget mattered), or one not timed at all because its speed is no device's."""
     if m.get("latency_skipped"):
-        return (f"not timed: its speed is {'an emulator' if m['latency_skipped'] == 'emulated' else 'a software GPU adapter'}'s, "
-                "no device's (--time-emulated times it)",)
+        whose = UNTIMED.get(m["latency_skipped"], (m["latency_skipped"], ""))[0]
+        return (f"not timed: its speed is {whose}'s, no device's (--time-emulated times it)",)
     lat = m.get("latency_ms") or {}
     if not lat.get("runs_asked") or lat.get("stopped") == "stable":
         return ()

@@ -58,6 +58,9 @@ class Runtime(ABC):
     device: str = "cpu"
     #: it runs under an emulator: its latencies are the emulator's, not a device's
     emulated: ClassVar[bool] = False
+    #: why its speed is no device's, where that is the runtime's own nature (``onnx.reference``: the spec
+    #: evaluated in Python): its batches are run and compared as any target's, but it is not timed (``untimed``)
+    not_a_device: ClassVar[str | None] = None
     #: what a disagreement with the reference does (not) mean, for a known-imperfect implementation
     caveat: ClassVar[str | None] = None
     #: about how many seconds of work a target of this runtime costs on a small model (start-up, imports,
@@ -124,6 +127,15 @@ class Runtime(ABC):
     def backend_requested(self) -> str | None:
         """The backend this target asked for; differs from ``backend_used`` → status ``fallback``."""
         return None
+
+    def untimed(self) -> str | None:
+        """Why its speed is no device's a user ships to (a key of ``metrics.latency.UNTIMED``), else None: it is
+        then run and compared, not timed, unless ``--time-emulated``."""
+        if self.emulated:
+            return "emulated"
+        if self.device == "software":
+            return "software adapter"
+        return self.not_a_device
 
     def details(self) -> dict[str, Any]:
         """Extra plain-JSON facts for the report (bundle used, layout mapping, threads, coverage...)."""

@@ -12,6 +12,7 @@ from portability.runtimes.base import Availability, Runtime, modules_present
 class OnnxReference(Runtime):
     uses = ("onnx",)
     caveat = "onnx.reference has known wrong kernels; a disagreement with ONNX Runtime does not say which side is right"
+    not_a_device = "reference implementation"  # the spec in Python: its speed is no runtime's a user ships
 
     @classmethod
     def availability(cls) -> Availability:

@@ -168,7 +168,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("input_range", str, (0.0, 1.0), "LOW,HIGH of synthesized float inputs (default {default}).", INPUTS,
             into="value_range", parse=_range, file=(str, list), commands=_LOCAL),
     Setting("time_emulated", bool, False, "Also time targets whose speed is no device's: a software GPU adapter "
-            "(SwiftShader) or an emulator (qemu). By default they are converted, run and compared, not timed.",
+            "(SwiftShader), an emulator (qemu) or the ONNX reference evaluator. By default they are converted, run and compared, not timed.",
             RUNNING, parse=lambda v, s: bool(v), flag="--time-emulated/--no-time-emulated", commands=_AUDIT),
     Setting("warmup", int, 10, "Untimed runs before timing (default {default}).", RUNNING, parse=_number(int), min=0),
     Setting("runs", int, 50, "Timed runs for latency percentiles (default {default}; 0 skips timing).", RUNNING,

@@ -182,8 +182,11 @@ def cells(t: dict) -> dict:
     g = (t.get("metrics") or {}).get("generation") or {}
     tf = g.get("teacher_forced") or {}
     n = len(g.get("reference_tokens") or [])
+    from portability.metrics.latency import mark
+
     # measured, but an emulator's or a software GPU adapter's speed, no device's
-    untimed = {"emulated": " emu", "software adapter": " sw"}.get((t.get("metrics") or {}).get("latency_skipped"), "")
+    skipped = (t.get("metrics") or {}).get("latency_skipped")
+    untimed = " " + mark(skipped) if skipped else ""
     return {"tokens": f"{g['matched']}/{n}" + (" tie" if g.get("tie") else "") if g else "–",
             "first_divergence": "–" if g.get("first_divergence") is None else str(g["first_divergence"]),
             "tf_max_abs": "–" if not tf else f"{tf['max_abs']:.2g}",

@@ -116,8 +116,9 @@ def _run(job: Job, runtime, feeds: dict[str, np.ndarray], events: _Events, p: _P
 
     p.phase = Phase.TIME
     latency: dict[str, Any] = {"first": round(first_ms or 0.0, 4)}
-    if slow and not job.time_emulated and job.runs:  # compared above; its speed is no device's: not timed
-        latency["skipped"] = "emulated" if runtime.emulated else "software adapter"
+    untimed = runtime.untimed()
+    if untimed and not job.time_emulated and job.runs:  # compared above; its speed is no device's: not timed
+        latency["skipped"] = untimed
         return latency
     budget = t.time_budget_s if t.time_budget_s is not None else job.time_budget_s
     if slow:  # a short look suffices, and one run where one inference is slow
