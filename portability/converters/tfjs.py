@@ -143,6 +143,7 @@ class TfjsFromSavedModel(Converter):
     output_format = "tfjs"
     uses = ("tensorflowjs",)
     requires = _NEEDS
+    pool = "tfjs"  # TensorFlow imported as the converter runs it (oneDNN's rewrites off): its run is forked from there
 
     def version(self) -> str:
         return f"10+tensorflowjs{package_version('tensorflowjs')}+tf{package_version('tensorflow-cpu')}"

@@ -190,6 +190,9 @@ class WorkerResult:
     #: seconds the worker spent in each phase (measured by the parent; ``wait``: waiting to time alone)
     phases_s: dict | None = None
     log: str | None = None
+    #: the worker stopped before a conversion that a worker of this pool makes (``workers.worker.Elsewhere``): the
+    #: runner runs the job again there, its earlier steps cached; never a target's result
+    again_in: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "status", worker_status(self.status))

@@ -93,12 +93,14 @@ class Cache:
             self._scratch = None
 
     def convert(self, conv: Converter, src: Artifact, options: dict[str, Any], ctx: ConvertContext,
-                on_wait: Callable[[bool], None] | None = None) -> tuple[Artifact, bool]:
+                on_wait: Callable[[bool], None] | None = None,
+                before: Callable[[], None] | None = None) -> tuple[Artifact, bool]:
         """The converted artifact and whether it came from the cache.
 
         Targets checked in parallel often need the same conversion (every TFLite variant starts from one
         onnx2tf run): the first takes the entry's lock and converts, the others wait and reuse it
-        (``on_wait(True)`` when such a wait begins, ``on_wait(False)`` when it ends)."""
+        (``on_wait(True)`` when such a wait begins, ``on_wait(False)`` when it ends). ``before()`` is called
+        when this process is about to make a cached conversion itself: it may raise, to leave it to another."""
         key = cache_key(src, conv, options, ctx)
         if not self.use:
             return self._convert(conv, src, options, ctx, key, None)
@@ -114,6 +116,8 @@ class Cache:
             if hit is not None:
                 return hit, True
             self._failed_before(entry)
+            if before is not None:
+                before()
             if entry.exists():  # damaged (files removed by hand, an interrupted copy): convert anew
                 shutil.rmtree(entry, ignore_errors=True)
             try:

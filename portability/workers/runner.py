@@ -308,9 +308,10 @@ class _Watch:
         finally:
             sel.close()
 
-    def cleanup(self) -> None:
+    def cleanup(self, finish: bool = True) -> None:
         proc = self.proc
-        self.gate.finished(self.tid)
+        if finish:
+            self.gate.finished(self.tid)
         proc.stdout.close()
         try:
             proc.stdin.close()
@@ -355,21 +356,42 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
             job = replace(job, pool=conversion_pool(job))
         except Exception as e:  # noqa: BLE001 — the worker meets what is wrong (a converter, the feeds) and says so
             log.debug("%s: no pool from its conversions (%s)", job.target.id, e)
+    t0 = time.monotonic()  # 'start' counts the spawn too (the first one may start the pool)
+    made: tuple = ()  # the conversions of the workers before, that left a step to another pool's
+    phases: dict[str, float] = {}
+    peak = 0.0
+    for n in range(len(job.target.converters) + 1):
+        result, watch = _attempt(job, workdir, limits, on_phase, gate, None if n else t0)
+        made += result.conversions[len(made):]
+        phases = {k: round(phases.get(k, 0.0) + watch.phases_s.get(k, 0.0), 3) for k in {**phases, **watch.phases_s}}
+        peak = max(peak, watch.peak, result.peak_rss_mb or 0.0)
+        if not result.again_in:
+            break
+        job = replace(job, pool=result.again_in)
+    else:
+        result = WorkerResult.failed(Status.CONVERT_ERROR, "each worker left a conversion to another pool's")
+    return replace(result, conversions=made, peak_rss_mb=round(peak, 1), wall_s=round(time.monotonic() - t0, 3),
+                   log=str(workdir / "worker.log"), phases_s=phases)
+
+
+def _attempt(job: Job, workdir: Path, limits: Limits, on_phase, gate, t0: float | None) -> tuple[WorkerResult, "_Watch"]:
+    """One worker for the job (``run_worker``): its result, and how it went. A worker that left a conversion to
+    another pool's (``again_in``) keeps the target's place at the gate for the next one."""
     job_file = workdir / "job.json"
     job_file.write_text(json.dumps(job.to_dict()))
+    Path(job.result).unlink(missing_ok=True)  # the worker before's
     log_file = workdir / "worker.log"
-    t0 = time.monotonic()  # 'start' counts the spawn too (the first one may start the pool)
     proc = _spawn(job_file, log_file)
     watch = _Watch(proc, limits, on_phase, gate, job.target.id, started=t0)
     _LIVE.add(proc)
+    result = None
     try:
         watch.loop()
+        result = watch.failure or _outcome(job, proc, watch.phase, log_file)
     except KeyboardInterrupt:
         _kill_tree(proc)
         raise
     finally:
-        watch.cleanup()
+        watch.cleanup(finish=result is None or not result.again_in)
         _LIVE.discard(proc)
-    result = watch.failure or _outcome(job, proc, watch.phase, log_file)
-    return replace(result, peak_rss_mb=round(max(watch.peak, result.peak_rss_mb or 0.0), 1),
-                   wall_s=round(time.monotonic() - watch.started, 3), log=str(log_file), phases_s=watch.phases_s)
+    return result, watch

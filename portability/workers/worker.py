@@ -39,6 +39,25 @@ def _batch(feeds: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v[i]) for k, v in feeds.items()}
 
 
+class Elsewhere(Exception):
+    """A conversion this worker leaves to a worker of another pool (``_made_here``): it stops, and the runner runs
+    the job again in that pool."""
+
+    def __init__(self, pool: str):
+        super().__init__(pool)
+        self.pool = pool
+
+
+def _made_here(job: Job, conv) -> None:
+    """Raise Elsewhere where a step this worker is to make is made in a worker of its own pool: where that pool or
+    this worker's sets an environment of its own (``worker_zygote.FLAVOUR_ENV``: TensorFlow without oneDNN's
+    rewrites, for the TF.js converter), so that each step runs as in every check, forked where its imports are."""
+    from portability.workers.worker_zygote import FLAVOUR_ENV
+
+    if conv.pool and conv.pool != job.pool and (conv.pool in FLAVOUR_ENV or job.pool in FLAVOUR_ENV):
+        raise Elsewhere(conv.pool)
+
+
 class _Progress:
     """What a job has produced so far: its result is built from this, whatever phase it stopped in."""
 
@@ -63,7 +82,7 @@ def _convert(job: Job, feeds: dict[str, np.ndarray], events: _Events, p: _Progre
         def blocked(waiting: bool, step: str = conv.name()) -> None:
             events.phase(Phase.BLOCKED if waiting else Phase.CONVERT, step=step)
 
-        art, hit = cache.convert(conv, art, options, ctx, on_wait=blocked)
+        art, hit = cache.convert(conv, art, options, ctx, on_wait=blocked, before=lambda c=conv: _made_here(job, c))
         p.conversions.append(ConversionStep(f"{conv.name()} {conv.version()}", hit, round(time.perf_counter() - t0, 3),
                                             conv.shapes_used(ctx)))
     p.fields["artifact"] = {"format": art.format, "sha256": art.sha256, **art.size_info()}
@@ -303,6 +322,9 @@ def run_job(job: Job, events: _Events) -> WorkerResult:
         p.details.update(runtime.details())
         p.fields.update(latency=latency, backend_used=runtime.backend_used(), output_quant=runtime.output_quant())
         status, error = "ok", None
+    except Elsewhere as e:  # no outcome yet: the runner runs the job again in that pool
+        status, error = "ok", None
+        p.fields["again_in"] = e.pool
     except TargetError as e:
         status = Status.CONVERT_ERROR if p.phase is Phase.CONVERT and e.status == Status.RUN_ERROR else e.status
         error = str(e)

@@ -7,21 +7,21 @@ socket: for each job it forks a child that turns into the worker a fresh
 and, once it has reaped the child, its exit status.
 
 Not imported here: TensorFlow, PyTorch, Keras, Playwright (heavy, and they start threads) and onnxruntime
-(its import starts a thread) — except TensorFlow and Keras in the zygote of the ``tensorflow`` flavour and PyTorch
-in that of the ``torch`` flavour, which serve the workers that import them (``FLAVOURS``). OpenBLAS starts its
-threads when numpy is imported: the zygote runs with ``OPENBLAS_NUM_THREADS=1`` and each worker sets the thread
-count a fresh interpreter would have chosen from the job's environment. Variables read when an interpreter or a
-preloaded library starts (``PYTHON*``, ``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the other ``OPENBLAS_*``...)
-cannot change in a forked child: the parent starts a job whose environment differs from the zygote's in one of them
-as a fresh interpreter (``startup_env``). No other module imported here reads the environment at import time (the
-worker's job environment is read when used) but TensorFlow, Keras and PyTorch, whose variables (and Keras's
-settings file) ``startup_env`` counts with those.
+(its import starts a thread) — except in the zygotes of the flavours that serve the workers importing them
+(``FLAVOURS``). OpenBLAS starts its threads when numpy is imported: the zygote runs with ``OPENBLAS_NUM_THREADS=1``
+and each worker sets the thread count a fresh interpreter would have chosen from the job's environment. Variables
+read when an interpreter or a preloaded library starts (``PYTHON*``, ``LD_*``, ``LC_*``, ``HOME``, ``NPY_*``, the
+other ``OPENBLAS_*``...) cannot change in a forked child: the parent starts a job whose environment differs from the
+zygote's in one of them as a fresh interpreter (``startup_env``). No other module imported here reads the
+environment at import time but TensorFlow, Keras and PyTorch, whose variables (and Keras's settings file)
+``startup_env`` counts with those.
 
 It stops on end of file on the control socket (its parent closed it, or died), when its parent process
 changes (looked at every second) and on SIGTERM; stopping kills the process group of every worker it has.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -42,12 +42,11 @@ from portability.core.blas import blas_threads, openblas as _openblas  # noqa: F
 #: the standard library's HTTP and e-mail modules, some 60 ms a worker), the engines' runtimes and ONNX (which
 #: the web page's warm-up model, OpenVINO's port names and the reference runtime read: 0.1-0.2 s a worker)
 PRELOAD = ("numpy", "onnx", "onnx.helper", "onnx.numpy_helper", "onnx.reference", "portability.core.protocol",
-           "portability.workers.worker", "portability.workers.cache",
-           "portability.converters.base", "portability.core.artifact", "portability.core.target",
-           "portability.core.errors", "portability.runtimes.base", "portability.metrics.latency",
-           "portability.runtimes.web", "portability.web.browser", "portability.web.server", "portability.web.pool",
-           "portability.runtimes.ort_web", "portability.runtimes.tfjs", "portability.runtimes.litert_js",
-           "portability.runtimes.ort", "portability.runtimes.litert")
+           "portability.workers.worker", "portability.workers.cache", "portability.converters.base",
+           "portability.core.artifact", "portability.core.target", "portability.core.errors", "portability.runtimes.base",
+           "portability.metrics.latency", "portability.runtimes.web", "portability.web.browser", "portability.web.server",
+           "portability.web.pool", "portability.runtimes.ort_web", "portability.runtimes.tfjs",
+           "portability.runtimes.litert_js", "portability.runtimes.ort", "portability.runtimes.litert")
 #: never in the zygote: heavy, and they start threads (only the targets that need them import them)
 NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
 #: a second zygote for the workers that import TensorFlow (``server/tf``: 2.5-3.5 s of import each): the same
@@ -55,14 +54,18 @@ NEVER = ("tensorflow", "torch", "keras", "playwright", "onnxruntime")
 #: Keras 3 and tf-keras (onnx2tf's run imports both, as do the Keras reader, ``server/keras`` and Keras's export:
 #: 1.5-2.5 s more); a third for those that import PyTorch (a ``.pt2``'s reader, ``server/torch``, its exports to
 #: ONNX, ExecuTorch and Core ML: 2-2.5 s each): PyTorch and ONNX Script (its ONNX exporter's). None of those imports
-#: starts a thread when OpenBLAS starts none; their thread pools are made on first use, in each worker
-TENSORFLOW, TORCH = "tensorflow", "torch"
-FLAVOURS = ("", TENSORFLOW, TORCH)
+#: starts a thread when OpenBLAS starts none; their thread pools are made on first use, in each worker. A fourth
+#: for the TF.js converter's workers: TensorFlow and tf-keras imported without oneDNN's graph rewrites (``FLAVOUR_ENV``),
+#: as the converter runs (``TfjsFromSavedModel``), so that it runs forked, not in a new interpreter
+TENSORFLOW, TORCH, TFJS = "tensorflow", "torch", "tfjs"
+FLAVOURS = ("", TENSORFLOW, TORCH, TFJS)
 #: what each flavour imports beyond the plain zygote's modules, where installed
-FLAVOUR_MODULES = {TENSORFLOW: ("tensorflow", "keras", "tf_keras"), TORCH: ("torch", "onnxscript")}
+FLAVOUR_MODULES = {TENSORFLOW: ("tensorflow", "keras", "tf_keras"), TORCH: ("torch", "onnxscript"), TFJS: ("tensorflow", "tf_keras")}
+#: what a flavour's zygote and each of its workers run with, whatever the check's environment says
+FLAVOUR_ENV = {TFJS: {"TF_ENABLE_ONEDNN_OPTS": "0"}}
 #: what TensorFlow and Keras (``converters.forked``), or PyTorch, read when imported (oneDNN's switch, the Keras
 #: backend, PyTorch's allocator...): a job of that zygote that changes one needs a fresh interpreter...
-_READ_AT_IMPORT = {TENSORFLOW: READ_AT_IMPORT, TORCH: ("TORCH_", "PYTORCH_")}
+_READ_AT_IMPORT = {TENSORFLOW: READ_AT_IMPORT, TORCH: ("TORCH_", "PYTORCH_"), TFJS: READ_AT_IMPORT}
 #: ...except TensorFlow's logging's (what it prints, not what it computes)
 TENSORFLOW_LOG_VARS = COSMETIC
 #: variables read when an interpreter or a preloaded library starts (the interpreter's flags and sys.path, its
@@ -99,10 +102,15 @@ def _blas_threads_for(env: dict[str, str]) -> int:
     return min(n, cores) if n > 0 else cores
 
 
+def flavour_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:  # as a zygote of ``flavour`` has it
+    return {**env, **FLAVOUR_ENV.get(flavour, {})}
+
+
 def startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
     """The part of ``env`` a worker forked from the zygote of ``flavour`` cannot change."""
+    env = flavour_env(env, flavour)
     prefixes = STARTUP_PREFIXES + _READ_AT_IMPORT.get(flavour, ())
-    keras = {"keras.json": keras_settings(env)} if flavour == TENSORFLOW else {}
+    keras = {"keras.json": keras_settings(env)} if flavour in (TENSORFLOW, TFJS) else {}
     return {k: v for k, v in env.items() if (k.startswith(prefixes) or k in STARTUP_VARS)
             and k not in BLAS_THREAD_VARS + TENSORFLOW_LOG_VARS + (KERAS_HOME,)} | keras
 
@@ -132,7 +140,7 @@ def _preload(flavour: str = "") -> None:
     from portability.metrics.latency import median_half_width
 
     median_half_width([1.0, 2.0, 3.0, 4.0, 5.0])  # numpy's first median sets itself up (some 15 ms a worker)
-    if flavour == TENSORFLOW:
+    if flavour in (TENSORFLOW, TFJS):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # as the runtime sets it before its import
         from portability.runtimes.tf_savedmodel import import_tensorflow_without_keras
 
@@ -366,7 +374,7 @@ def _become_worker(req: _Request, start_cwd: str) -> int:
 
 def main(argv: list[str]) -> int:
     """The zygote: ``python -m portability.workers.worker_zygote CONTROL_FD [LABEL [FLAVOUR]]`` (LABEL: what it
-    serves; FLAVOUR: ``tensorflow`` preloads TensorFlow and Keras too, ``torch`` PyTorch)."""
+    serves; FLAVOUR: ``FLAVOURS``)."""
     ctl = socket.socket(fileno=int(argv[0]))
     ctl.set_inheritable(False)
     start_cwd = os.getcwd()
@@ -384,10 +392,8 @@ def main(argv: list[str]) -> int:
 
 
 def _send_ctl(ctl: socket.socket, msg: dict) -> None:
-    try:
+    with contextlib.suppress(OSError):
         ctl.send(json.dumps(msg).encode())
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

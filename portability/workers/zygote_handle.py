@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from portability.workers.worker_zygote import PoolError, startup_env
+from portability.workers.worker_zygote import PoolError, flavour_env, startup_env
 
 log = logging.getLogger("portability.workers.worker_pool")
 
@@ -139,7 +139,7 @@ class Zygote:
         self.closed = False
         self.errors = tempfile.TemporaryFile()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        zenv = dict(env, OPENBLAS_NUM_THREADS="1")  # numpy's import starts no thread; workers set their own
+        zenv = dict(flavour_env(env, flavour), OPENBLAS_NUM_THREADS="1")  # numpy's import starts no thread; workers set their own
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "portability.workers.worker_zygote", str(theirs.fileno()), label,
                                           flavour],
@@ -180,7 +180,8 @@ class Zygote:
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
-            msg = json.dumps({"job": str(job_file), "cwd": str(job_file.parent), "env": env, "argv": argv}).encode()
+            msg = json.dumps({"job": str(job_file), "cwd": str(job_file.parent), "env": flavour_env(env, self.flavour),
+                              "argv": argv}).encode()
             with self.lock:
                 if self.closed:
                     raise PoolError("stopped")
