@@ -27,7 +27,29 @@ class CopyTf(Converter):
 
         p = run_tool([sys.executable, "-c", self.TOOL, str(src.path), str(out_dir / "model.onnx")], "the copying tool", ctx.timeout_s)
         return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="",
-                        meta={**src.meta, "tool": json.loads(p.stdout.splitlines()[-1]), "worker": os.getpid()})
+                        meta={**src.meta, "tool": json.loads(p.stdout.splitlines()[-1]), "worker": os.getpid(),
+                              "worker_ppid": os.getppid()})
+
+
+class CopyTfjs(CopyTf):
+    """``CopyTf`` as the TF.js converter runs its tool: in its own pool (``tfjs``), TensorFlow without oneDNN's
+    rewrites (``TF_ENABLE_ONEDNN_OPTS=0``, read at TensorFlow's import); the tool says that setting too, and each
+    step's tool is kept apart in the artifact's meta."""
+
+    pool = "tfjs"
+    TOOL = CopyTf.TOOL.replace("'argv': sys.argv", "'argv': sys.argv, 'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS')")
+
+    def convert(self, src, out_dir, options, ctx):
+        import json
+
+        from portability.converters.base import run_tool
+        from portability.core.artifact import Artifact
+
+        p = run_tool([sys.executable, "-c", self.TOOL, str(src.path), str(out_dir / "model.onnx")], "the copying tool",
+                     ctx.timeout_s, TF_ENABLE_ONEDNN_OPTS="0")
+        return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="",
+                        meta={**src.meta, "tfjs_tool": json.loads(p.stdout.splitlines()[-1]), "tfjs_worker": os.getpid(),
+                              "tfjs_worker_ppid": os.getppid()})
 
 
 class CopyTorch(Converter):

@@ -133,6 +133,47 @@ def test_a_conversion_that_imports_tensorflow_forks_from_its_pool_and_runs_its_t
 
 
 
+def test_each_step_is_made_in_a_worker_of_its_pool_where_a_pool_sets_its_own_environment(tmp_path, pool):
+    """The TF.js converter's pool (``tfjs``) imports TensorFlow with oneDNN's rewrites off, as the converter runs it:
+    a job whose chain is a TensorFlow step and then such a step makes the first in a worker of the TensorFlow pool,
+    which leaves the second to a worker of the ``tfjs`` pool; there the tool runs in a fork, not in a fresh
+    interpreter. Both steps are in the result, as made; the job's phases add up. A worker of the ``tfjs`` pool never
+    makes a TensorFlow step itself. For one check alone (the plain zygote serves every job), one worker makes both."""
+    from dataclasses import replace
+
+    from portability.targets.base import Target
+
+    steps = (("converter_doubles:CopyTf", {}), ("converter_doubles:CopyTfjs", {}))
+    job = replace(_job(tmp_path), target=Target(id="test/echo", runtime=ECHO, converters=steps), use_cache=True,
+                  cache_dir=str(tmp_path / "cache_once"))
+    once = _run(tmp_path, job, "once")
+    assert once.status == "ok" and [c.cached for c in once.conversions] == [False, False]
+    meta = once.details["artifact_meta"]
+    assert meta["worker"] == meta["tfjs_worker"] and meta["worker_ppid"] == pool.pid()
+    pool.use_resident(None, lasting=True)
+    job = replace(job, cache_dir=str(tmp_path / "cache"))
+    first = _run(tmp_path, job, "first")
+    assert first.status == "ok", first.error
+    assert [c.cached for c in first.conversions] == [False, False] and not first.again_in
+    meta, echo = first.details["artifact_meta"], first.details["echo"]
+    assert meta["tool"]["ppid"] == meta["worker"] and meta["tool"]["tensorflow"] is True
+    assert meta["tool"]["argv"][0] == "-c" and meta["worker_ppid"] == pool.pid("tensorflow")
+    tfjs = meta["tfjs_tool"]
+    assert tfjs["ppid"] == meta["tfjs_worker"] and tfjs["tensorflow"] is True and tfjs["onednn"] == "0"  # forked
+    assert meta["tfjs_worker_ppid"] == echo["ppid"] == pool.pid("tfjs") not in (pool.pid("tensorflow"), pool.pid())
+    assert psutil.Process(pool.pid("tfjs")).num_threads() == 1
+    assert first.phases_s["start"] > 0 and first.phases_s["convert"] > 0
+    cached = _run(tmp_path, job, "cached")
+    assert [c.cached for c in cached.conversions] == [True, True] and cached.details["echo"]["ppid"] == pool.pid()
+    # a worker of the tfjs pool that would make a TensorFlow step leaves it to that pool's
+    fresh = replace(job, pool="tfjs", cache_dir=str(tmp_path / "cache2"))
+    again = _run(tmp_path, fresh, "tfjs_first")
+    assert again.status == "ok", again.error
+    assert [c.cached for c in again.conversions] == [False, False]
+    made = again.details["artifact_meta"]
+    assert made["worker_ppid"] == pool.pid("tensorflow") and made["tfjs_worker_ppid"] == pool.pid("tfjs")
+
+
 def test_a_pytorch_worker_forks_from_the_zygote_that_imported_it(tmp_path, pool, monkeypatch):
     """The ``torch`` pool (a ``.pt2``'s reader, ``server/torch``, its exports): a third zygote imported PyTorch once,
     with no thread started, for a session's pool; a job that changes what PyTorch reads at import (``TORCH_*``)

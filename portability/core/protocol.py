@@ -107,8 +107,12 @@ class Job:
     check_id: str = ""
     #: ``--strict-backend``: a runtime that can refuse to run nodes off the backend asked for does
     strict_backend: bool = False
-    #: the worker pool its worker forks from (``Runtime.pool``: "", ``tensorflow`` or ``torch``)
+    #: the worker pool its worker forks from (``Runtime.pool``: "", ``tensorflow``, ``torch`` or ``tfjs``)
     pool: str = ""
+    #: the pools whose workers fork from a zygote of their own in this check (``worker_pool.serves``; else from the
+    #: plain one), each with whether it sets an environment of its own (``worker_zygote.FLAVOUR_ENV``): a conversion
+    #: of such a pool, or in a worker of such a pool, is made in a worker of its own pool
+    pools: dict[str, bool] = field(default_factory=dict)
     #: ``--generate``: ``{"steps": N, "prompt": [ids], "teacher": [the reference's tokens] or None}``; the worker
     #: decodes after the single pass and writes ``generation.npz`` beside its outputs (empty: no generation)
     generate: dict = field(default_factory=dict)

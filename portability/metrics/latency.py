@@ -19,7 +19,7 @@ REGRESSION_KINDS = ("latency",)
 #: why a target is not timed (``Runtime.untimed``, the report's ``latency_skipped``): whose speed it would be,
 #: and the table's mark
 UNTIMED = {"emulated": ("an emulator", "emu"), "software adapter": ("a software GPU adapter", "sw"),
-           "reference implementation": ("a reference implementation in Python", "ref")}
+           "reference implementation": ("the ONNX spec's Python evaluator", "ref")}
 
 
 def compute(ev) -> tuple[dict, list[str]]:

@@ -49,12 +49,12 @@ class Elsewhere(Exception):
 
 
 def _made_here(job: Job, conv) -> None:
-    """Raise Elsewhere where a step this worker is to make is made in a worker of its own pool: where that pool or
-    this worker's sets an environment of its own (``worker_zygote.FLAVOUR_ENV``: TensorFlow without oneDNN's
-    rewrites, for the TF.js converter), so that each step runs as in every check, forked where its imports are."""
-    from portability.workers.worker_zygote import FLAVOUR_ENV
-
-    if conv.pool and conv.pool != job.pool and (conv.pool in FLAVOUR_ENV or job.pool in FLAVOUR_ENV):
+    """Raise Elsewhere where a step this worker is to make is made in a worker of its own pool: where that pool has
+    a zygote of its own here (``Job.pools``), and it or this worker's sets an environment of its own (TensorFlow
+    without oneDNN's rewrites, for the TF.js converter), so that each step runs as in every check, forked where its
+    imports are."""
+    mine = job.pool if job.pool in job.pools else ""
+    if conv.pool in job.pools and conv.pool != mine and (job.pools[conv.pool] or job.pools.get(mine, False)):
         raise Elsewhere(conv.pool)
 
 

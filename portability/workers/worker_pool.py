@@ -84,6 +84,12 @@ def _own(flavour: str) -> str:
     return flavour if _lasting else ""
 
 
+def serves(flavour: str) -> bool:
+    """Whether a worker of ``flavour`` forks from a zygote of that flavour (the resident session's, or this process's
+    own where it serves more than one check), not from the plain one."""
+    return enabled() and bool(flavour) and (_lasting or (_resident is not None and flavour not in _remote_broken))
+
+
 def _registered() -> None:
     global _atexit_registered
     if not _atexit_registered:
