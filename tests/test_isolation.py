@@ -122,7 +122,7 @@ def test_a_workers_process_tree_is_read_from_the_kernels_child_lists():
 
     import psutil
 
-    from portability.workers.runner import _tree
+    from portability.workers.tree import tree as _tree
 
     code = ("import subprocess, threading, time\n"
             "threading.Thread(target=lambda: subprocess.Popen(['sleep', '30'])).start()\n"

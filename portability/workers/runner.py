@@ -3,6 +3,7 @@
 (``crashed``)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from portability.core.status import Status
 from portability.workers import worker_pool
 from portability.core.limits import Limits
 from portability.workers.schedule import NoGate
+from portability.workers.tree import kill_procs, kill_tree, rss_mb, tree
 from portability.workers.cache import conversion_pool
 
 log = logging.getLogger(__name__)
@@ -34,86 +36,6 @@ EXIT_GRACE_S = 15.0
 PARKED_POLL_S = 1.0
 #: a working worker's memory and time limits are checked this often (its events wake the runner at once)
 WORKING_POLL_S = 0.25
-
-
-def _children(pid: int) -> list[int] | None:
-    """The pids of ``pid``'s children, from the kernel's per-thread lists (a few small reads, where psutil
-    reads every process's status to find them); None where the kernel keeps no such list."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    kids: list[int] = []
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(x) for x in f.read().split()]
-        except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
-                continue  # the thread ended meanwhile
-            return None
-        except OSError:
-            continue
-    return kids
-
-
-def _tree(pid: int):
-    """The process and its descendants (psutil processes); [] when it is gone."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        pids, queue = [], [pid]
-        while queue:
-            kids = _children(queue.pop())
-            if kids is None:
-                return [root] + root.children(recursive=True)
-            pids += kids
-            queue += kids
-    except psutil.Error:
-        return []
-    procs = [root]
-    for child in pids:
-        try:
-            procs.append(psutil.Process(child))
-        except psutil.Error:
-            pass  # ended meanwhile
-    return procs
-
-
-def _rss_mb(procs) -> float:
-    """The memory of a worker's process tree: its resident set, or, where it has children, the sum of their
-    proportional sets (a child forked from the worker, ``converters.forked``, shares its pages: counted once)."""
-    import psutil
-
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_full_info().pss if len(procs) > 1 else p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / 2**20
-
-
-def _kill_procs(procs) -> None:
-    import psutil
-
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=5)
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    procs = _tree(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    _kill_procs(procs)  # anything that left the process group (browsers can)
-    proc.wait()
 
 
 def log_tail(path: Path, n: int = 12) -> list[str]:
@@ -142,7 +64,7 @@ _LIVE: set[subprocess.Popen] = set()
 
 def kill_all() -> None:
     for proc in list(_LIVE):
-        _kill_tree(proc)
+        kill_tree(proc)
     worker_pool.shutdown()
 
 
@@ -215,6 +137,10 @@ class _Watch:
         # timing: wake seldom (one core in two here is the target's); parked: the gate's turn is awaited
         # below, the pipe only glanced at
         timeout = 0 if self.wait_started is not None else 1.0 if self.phase is Phase.TIME else WORKING_POLL_S
+        if not sel.get_map():  # its output ended: its exit is what comes next, not more output
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+            return
         for _key, _ in sel.select(timeout=timeout):
             chunk = os.read(self.proc.stdout.fileno(), 65536)
             if not chunk:
@@ -294,16 +220,16 @@ class _Watch:
                 self._go_if_granted()
                 now = time.monotonic()
                 if self._sampling():
-                    self.procs = _tree(self.proc.pid) or self.procs
-                    self.peak = max(self.peak, _rss_mb(self.procs))
+                    self.procs = tree(self.proc.pid) or self.procs
+                    self.peak = max(self.peak, rss_mb(self.procs))
                 if self.proc.poll() is not None:
                     return
                 if self.done_at is not None and now - self.done_at > EXIT_GRACE_S:
-                    _kill_tree(self.proc)  # its result is written; it only failed to exit (a stuck atexit, a thread)
+                    kill_tree(self.proc)  # its result is written; it only failed to exit (a stuck atexit, a thread)
                     return
                 self.failure = self._over_limit(now)
                 if self.failure is not None:
-                    _kill_tree(self.proc)
+                    kill_tree(self.proc)
                     return
         finally:
             sel.close()
@@ -318,13 +244,13 @@ class _Watch:
         except OSError:
             pass
         if proc.poll() is None:
-            _kill_tree(proc)
+            kill_tree(proc)
         else:  # the worker is gone; make sure nothing it started lingers (a browser, an emulator)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            _kill_procs([p for p in self.procs if p.pid != proc.pid])
+            kill_procs([p for p in self.procs if p.pid != proc.pid])
 
 
 def _outcome(job: Job, proc: subprocess.Popen, phase: Phase, log_file: Path) -> WorkerResult:
@@ -392,7 +318,7 @@ def _attempt(job: Job, workdir: Path, limits: Limits, on_phase, gate, t0: float 
         watch.loop()
         result = watch.failure or _outcome(job, proc, watch.phase, log_file)
     except KeyboardInterrupt:
-        _kill_tree(proc)
+        kill_tree(proc)
         raise
     finally:
         watch.cleanup(finish=result is None or not result.again_in)
