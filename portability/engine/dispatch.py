@@ -23,7 +23,7 @@ from portability.engine.plan import Planned
 from portability.engine.prepare import Prepared
 from portability.settings.options import CheckOptions, Limits
 from portability.workers import Services, TimingGate, by_cost, confine, kill_all, run_worker
-from portability.workers import prestart as start_pool
+from portability.workers import start_pools
 from portability.report.schema import TargetResult
 from portability.targets import Target
 
@@ -130,8 +130,7 @@ class Dispatch:
         the worker pools their workers fork from."""
         ready = [t for t in targets if t.id not in self.no_route and t.id not in self.unavailable]
         self.services.prestart({self._runtime(t).service for t in ready})
-        for pool in sorted({self._runtime(t).pool for t in ready} - {""}):
-            start_pool(pool)
+        start_pools([self.job(t) for t in ready])
 
     def close(self) -> None:
         if self._own_services:

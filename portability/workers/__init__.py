@@ -7,7 +7,7 @@ started in that one.
 
 The seam the engine uses, and the only names it imports from here: ``run_worker(job, folder, limits) ->
 WorkerResult`` (``core.protocol.Job`` and ``core.limits.Limits`` in, ``core.protocol.WorkerResult`` out),
-``prestart``/``shutdown``/``kill_all`` (the pool and every worker), ``log_tail``, ``Services`` (the shared services of a
+``prestart``/``start_pools``/``shutdown``/``kill_all`` (the pools and every worker), ``log_tail``, ``Services`` (the shared services of a
 session), ``TimingGate``/``by_cost`` (one timing at a time; the costliest targets first), ``confine``
 (the sandbox's rules for a check's folders). Imported on first use: the worker processes themselves import
 only what they run.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-_SEAM = {"run_worker": "runner", "shutdown": "runner", "prestart": "runner", "kill_all": "runner", "log_tail": "runner",
+_SEAM = {"run_worker": "runner", "shutdown": "runner", "prestart": "runner", "start_pools": "runner", "kill_all": "runner", "log_tail": "runner",
          "Services": "services", "TimingGate": "schedule", "by_cost": "schedule", "confine": None}
 
 __all__ = list(_SEAM)

@@ -225,11 +225,23 @@ def conversion_pool(job) -> str:
     cache and has one, or of any later step (its input is not there yet) — TensorFlow's where one of those steps
     imports it (the costliest import: a PyTorch program's ONNX export followed by onnx2tf forks from it) —, else ""
     (all cached, or no step imports anything heavy). Read-only: it walks the cache's entries as the worker will."""
+    pools = [conv.pool for conv in _to_make(job) if conv.pool]
+    return "tensorflow" if "tensorflow" in pools else next(iter(pools), "")
+
+
+def conversion_pools(job) -> set[str]:
+    """The worker pools of every step of a job's conversions that is still to make (``conversion_pool``)."""
+    return {conv.pool for conv in _to_make(job) if conv.pool}
+
+
+def _to_make(job) -> list[Converter]:
+    """The converters of a job's steps not in the cache: from its first missing step on (the later steps' input is
+    not there yet); none where no step has a pool (``conversion_pool`` asks for nothing else)."""
     from portability.core.target import load_class
 
     steps = [(load_class(path)(), options) for path, options in job.target.converters]
     if not any(conv.pool for conv, _ in steps):
-        return ""
+        return []
     cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache)
     ctx = convert_context(job, _feeds(job.calibration or job.feeds, tuple(job.input_names)))
     art = job.source
@@ -237,10 +249,9 @@ def conversion_pool(job) -> str:
         key = cache_key(art, conv, options, ctx)
         hit = cache._cached(cache.root / "artifacts" / key[:2] / key) if cache.use else None
         if hit is None:
-            pools = [c.pool for c, _ in steps[i:] if c.pool]
-            return "tensorflow" if "tensorflow" in pools else next(iter(pools), "")
+            return [c for c, _ in steps[i:]]
         art = hit
-    return ""
+    return []
 
 
 @functools.lru_cache(maxsize=4)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -24,7 +25,7 @@ from portability.workers import worker_pool
 from portability.core.limits import Limits
 from portability.workers.schedule import NoGate
 from portability.workers.tree import kill_procs, kill_tree, rss_mb, tree
-from portability.workers.cache import conversion_pool
+from portability.workers.cache import conversion_pool, conversion_pools
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,16 @@ def prestart(pool: str = "", resident: Path | bool = True, lasting: bool = False
                 resident = False
         worker_pool.use_resident(resident or None, lasting)
     worker_pool.prestart(worker_env(), flavour=pool)
+
+
+def start_pools(jobs: list[Job]) -> None:
+    """The worker pools these jobs' workers fork from start now, in the background: their runtimes' (``Job.pool``)
+    and their conversions' still to make; one that two or more of them fork from is worth a zygote of its own even
+    for one check (``worker_pool.worth``)."""
+    pools = Counter(p for job in jobs for p in {job.pool} | conversion_pools(job) if p)
+    worker_pool.worth(p for p, n in pools.items() if n > 1)
+    for pool in sorted(pools):
+        prestart(pool)
 
 
 def run_module(argv: list[str], env: dict[str, str], cwd: Path, flavour: str, timeout_s: float):

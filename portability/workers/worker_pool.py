@@ -67,8 +67,10 @@ _unserved: dict[str, dict[str, str]] = {}
 
 
 #: this process's own zygotes serve more than one check (a session's): a zygote of another flavour than the plain
-#: one (TensorFlow's) is worth its start only then; else its workers fork from the plain one and import it themselves
+#: one (TensorFlow's) is worth its start then, or where two or more workers of the one check fork from it (``_worth``);
+#: else its workers fork from the plain one and import it themselves
 _lasting = False
+_worth: set[str] = set()
 
 
 def use_resident(path: Path | None, lasting: bool = False) -> None:
@@ -79,15 +81,22 @@ def use_resident(path: Path | None, lasting: bool = False) -> None:
     _resident, _lasting = path, lasting
 
 
+def worth(flavours) -> None:
+    """These flavours' zygotes are worth their start for this check alone: two or more of its workers fork from each
+    (``engine.dispatch``); the end of the check (``shutdown``) forgets them."""
+    with _lock:
+        _worth.update(flavours)
+
+
 def _own(flavour: str) -> str:
     """The flavour of this process's own zygote that serves a job of ``flavour``."""
-    return flavour if _lasting else ""
+    return flavour if _lasting or flavour in _worth else ""
 
 
 def serves(flavour: str) -> bool:
     """Whether a worker of ``flavour`` forks from a zygote of that flavour (the resident session's, or this process's
-    own where it serves more than one check), not from the plain one."""
-    return enabled() and bool(flavour) and (_lasting or (_resident is not None and flavour not in _remote_broken))
+    own where it is worth its start), not from the plain one."""
+    return enabled() and bool(flavour) and (_own(flavour) == flavour or (_resident is not None and flavour not in _remote_broken))
 
 
 def _registered() -> None:
@@ -239,6 +248,7 @@ def shutdown() -> None:
         _broken.clear()
         _remote_broken.clear()
         _unserved.clear()
+        _worth.clear()
     for z in stopping:
         z.close()
     if path is not None and unserved:
