@@ -174,6 +174,29 @@ def test_each_step_is_made_in_a_worker_of_its_pool_where_a_pool_sets_its_own_env
     assert made["worker_ppid"] == pool.pid("tensorflow") and made["tfjs_worker_ppid"] == pool.pid("tfjs")
 
 
+def test_a_pool_two_workers_of_one_check_fork_from_is_started_for_that_check(tmp_path, pool):
+    """For one check alone a TensorFlow worker forks from the plain zygote and imports TensorFlow itself; where two
+    or more of the check's workers would fork from TensorFlow's (``start_pools``: their runtimes' pool, or that of a
+    conversion still to make), that zygote is started for the check, and forgotten at its end."""
+    from dataclasses import replace
+
+    from portability.targets.base import Target
+    from portability.workers.runner import start_pools
+
+    tf_job = replace(_job(tmp_path), pool="tensorflow")
+    start_pools([tf_job, _job(tmp_path)])
+    assert _run(tmp_path, tf_job, "one").details["echo"]["ppid"] == pool.pid() and pool.pid("tensorflow") is None
+    converting = replace(_job(tmp_path), use_cache=True, cache_dir=str(tmp_path / "cache"),
+                         target=Target(id="test/echo", runtime=ECHO, converters=(("converter_doubles:CopyTf", {}),)))
+    start_pools([tf_job, converting])
+    echo = _run(tmp_path, tf_job, "two").details["echo"]
+    assert pool.pid("tensorflow") is not None and echo["ppid"] == pool.pid("tensorflow") and echo["tensorflow"] is True
+    assert _run(tmp_path, converting, "converting").conversions[0].cached is False
+    pool.shutdown()
+    start_pools([tf_job, converting, _job(tmp_path)])  # its conversion made: one worker of TensorFlow's pool
+    assert _run(tmp_path, tf_job, "later").details["echo"]["ppid"] == pool.pid() and pool.pid("tensorflow") is None
+
+
 def test_a_pytorch_worker_forks_from_the_zygote_that_imported_it(tmp_path, pool, monkeypatch):
     """The ``torch`` pool (a ``.pt2``'s reader, ``server/torch``, its exports): a third zygote imported PyTorch once,
     with no thread started, for a session's pool; a job that changes what PyTorch reads at import (``TORCH_*``)
