@@ -98,3 +98,19 @@ def test_a_matmul_in_a_branch_counts_and_a_cnn_has_none_to_make_4_bit():
     node = helper.make_node("If", ["c"], ["out"], then_branch=branch("MatMul"), else_branch=branch("Add"))
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []), v("x")], [v("out")])
     assert _has_op(graph, "MatMul") and not _has_op(graph, "Gemm")
+
+
+def test_a_conversion_with_nothing_to_do_is_remembered_and_its_target_starts_no_worker_again(tmp_path):
+    """A 4-bit variant of a model with no MatMul: the first check's worker finds so, the artifact cache remembers it
+    (the same model and converter always say so), and the next check skips the target before its worker starts,
+    saying the same."""
+    env = {"PORTABILITY_CACHE_DIR": str(tmp_path / "cache")}
+    args = ("--targets", "server/ort-q4", "--allow-skipped")
+    first = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", *args, env=env))["server/ort-q4"]
+    assert first["status"] == "skipped" and "no MatMul with a constant weight" in first["error"]
+    assert "convert" in first["details"]["phases_s"]  # a worker ran
+    again = by_id(check_json(tmp_path, FIXTURES / "lenet.onnx", *args, env=env))["server/ort-q4"]
+    assert again["status"] == first["status"] and again["error"] == first["error"] and again["gating"] == first["gating"]
+    assert "phases_s" not in again["details"]  # none did
+    other = by_id(check_json(tmp_path, FIXTURES / "mlp.onnx", *args, env=env))["server/ort-q4"]  # another model: its own
+    assert "phases_s" in other["details"]

@@ -38,7 +38,7 @@ import numpy as np
 from portability.converters.base import ConvertContext, Converter, package_version
 from portability.converters.calibration import batch_of, calibration_batches
 from portability.core.artifact import Artifact
-from portability.core.errors import ConvertError, Unavailable
+from portability.core.errors import ConvertError, NotApplicable, Unavailable
 from portability.core.model import read_signature
 
 _INTEGER_OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM",
@@ -314,7 +314,7 @@ class Q4FromOnnx(_OrtQuant):
         out = out_dir / "model.onnx"
         model = onnx.load(str(src.path))
         if not _has_op(model.graph, "MatMul"):
-            raise Unavailable(_NOTHING_TO_Q4)  # known before the quantizer's import (half a second) and its pass
+            raise NotApplicable(_NOTHING_TO_Q4)  # known before the quantizer's import (half a second) and its pass
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
         with tempfile.TemporaryDirectory(prefix="portability-quant-") as tmp:
@@ -328,7 +328,7 @@ class Q4FromOnnx(_OrtQuant):
                 raise _failed("4-bit weight quantization", e) from None
             made = sum(n.op_type == "MatMulNBits" for n in q.model.model.graph.node)
             if not made:
-                raise Unavailable(_NOTHING_TO_Q4)
+                raise NotApplicable(_NOTHING_TO_Q4)
             q.model.save_model_to_file(str(out), use_external_data_format=False)
         return _described(out, {"quantization": f"4-bit weights, MatMulNBits in symmetric blocks of {_Q4_BLOCK}, "
                                                 "float activations (onnxruntime.quantization.matmul_nbits_quantizer)",

@@ -57,3 +57,9 @@ class Unavailable(TargetError):
     def __init__(self, reason: str, hint: str | None = None):
         super().__init__(reason)
         self.hint = hint
+
+
+class NotApplicable(Unavailable):
+    """A conversion with nothing to do for this model (a 4-bit variant of a model with no MatMul): the target is
+    ``skipped``. The same model and converter always say so: the artifact cache remembers it, and a later check
+    skips the target before its worker starts."""

@@ -77,7 +77,7 @@ class Dispatch:
         #: targets without a converter route (id -> why)
         self.no_route: dict[str, str] = chosen.no_route
         #: target id -> (why it cannot run here, the install hint): the plan's
-        self.unavailable = chosen.unavailable
+        self.unavailable = dict(chosen.unavailable)
         #: the reference's failure explained, where the inputs were synthesized: (note, hint), else empty
         self.synthesized_failed: list[str] = []
         self._runtimes: dict[str, Any] = {}
@@ -130,7 +130,8 @@ class Dispatch:
         the worker pools their workers fork from."""
         ready = [t for t in targets if t.id not in self.no_route and t.id not in self.unavailable]
         self.services.prestart({self._runtime(t).service for t in ready})
-        start_pools([self.job(t) for t in ready])
+        # a target whose conversion has nothing to do for the model, as the cache remembers: skipped, no worker
+        self.unavailable.update((tid, (why, None)) for tid, why in start_pools([self.job(t) for t in ready]).items())
 
     def close(self) -> None:
         if self._own_services:

@@ -126,15 +126,18 @@ class Cache:
                 self._remember_failure(entry, e)
                 raise
 
-    def _failure_note(self, entry: Path) -> Path:
-        return entry.parent / f".{entry.name}.failed.json"
-
     def _failed_before(self, entry: Path) -> None:
-        """Raise the error this conversion already gave in this check, if it gave one."""
+        """Raise the error this conversion already gave in this check, if it gave one, or in any check, where it
+        had nothing to do for the model (``NotApplicable``)."""
+        from portability.core.errors import NotApplicable
+
+        why = not_applicable(entry)
+        if why:
+            raise NotApplicable(why)
         if not self.scope:
             return
         try:
-            note = json.loads(self._failure_note(entry).read_text())
+            note = json.loads(failure_note(entry).read_text())
         except (OSError, ValueError):
             return
         if note.get("scope") != self.scope:
@@ -145,17 +148,22 @@ class Cache:
         raise ConvertError(note["error"], op=note.get("op"), node=note.get("node"))
 
     def _remember_failure(self, entry: Path, e: Exception) -> None:
-        if not self.scope or getattr(e, "status", Status.CONVERT_ERROR) not in (Status.CONVERT_ERROR, Status.RUN_ERROR):
+        from portability.core.errors import NotApplicable
+
+        if isinstance(e, NotApplicable):  # for good: the same model and converter always say so
+            note = {"not_applicable": str(e)}
+        elif not self.scope or getattr(e, "status", Status.CONVERT_ERROR) not in (Status.CONVERT_ERROR, Status.RUN_ERROR):
             return
-        msg = str(e).strip()
-        note = {"scope": self.scope, "error": msg if msg else type(e).__name__,
-                "op": getattr(e, "op", None), "node": getattr(e, "node", None)}
-        if not hasattr(e, "status"):  # an unexpected exception: as the worker words it
+        else:
+            msg = str(e).strip()
+            note = {"scope": self.scope, "error": msg if msg else type(e).__name__,
+                    "op": getattr(e, "op", None), "node": getattr(e, "node", None)}
+        if not hasattr(e, "status") and "error" in note:  # an unexpected exception: as the worker words it
             note["error"] = f"{type(e).__name__}: {msg.splitlines()[0]}" if msg else type(e).__name__
         try:
-            tmp = self._failure_note(entry).with_suffix(f".{os.getpid()}.tmp")
+            tmp = failure_note(entry).with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(note))
-            os.replace(tmp, self._failure_note(entry))
+            os.replace(tmp, failure_note(entry))
         except OSError:
             pass
 
@@ -224,34 +232,57 @@ def conversion_pool(job) -> str:
     """The worker pool a job's conversions need (``Converter.pool``): that of its first step that is not in the
     cache and has one, or of any later step (its input is not there yet) — TensorFlow's where one of those steps
     imports it (the costliest import: a PyTorch program's ONNX export followed by onnx2tf forks from it) —, else ""
-    (all cached, or no step imports anything heavy). Read-only: it walks the cache's entries as the worker will."""
-    pools = [conv.pool for conv in _to_make(job) if conv.pool]
+    (all cached, or no step imports anything heavy)."""
+    steps = _steps(job)
+    if not any(conv.pool for conv in steps):
+        return ""
+    pools = [conv.pool for conv in steps[_ahead(job)[0]:] if conv.pool]
     return "tensorflow" if "tensorflow" in pools else next(iter(pools), "")
 
 
-def conversion_pools(job) -> set[str]:
-    """The worker pools of every step of a job's conversions that is still to make (``conversion_pool``)."""
-    return {conv.pool for conv in _to_make(job) if conv.pool}
+def conversions_ahead(job) -> tuple[set[str], str | None]:
+    """The worker pools of every step of a job's conversions still to make (``conversion_pool``), and why the first
+    of them has nothing to do for the model, where the cache remembers that (``NotApplicable``): the target is
+    skipped then, as its worker would be."""
+    made, why = _ahead(job)
+    return {conv.pool for conv in _steps(job)[made:] if conv.pool}, why
 
 
-def _to_make(job) -> list[Converter]:
-    """The converters of a job's steps not in the cache: from its first missing step on (the later steps' input is
-    not there yet); none where no step has a pool (``conversion_pool`` asks for nothing else)."""
+def failure_note(entry: Path) -> Path:
+    """Where a cache entry's failed conversion is noted (``Cache._remember_failure``)."""
+    return entry.parent / f".{entry.name}.failed.json"
+
+
+def not_applicable(entry: Path) -> str | None:
+    """Why the conversion of this cache entry has nothing to do for its model, where a worker found so."""
+    try:
+        return json.loads(failure_note(entry).read_text()).get("not_applicable")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _steps(job) -> list[Converter]:
     from portability.core.target import load_class
 
-    steps = [(load_class(path)(), options) for path, options in job.target.converters]
-    if not any(conv.pool for conv, _ in steps):
-        return []
+    return [load_class(path)() for path, _ in job.target.converters]
+
+
+def _ahead(job) -> tuple[int, str | None]:
+    """How many of a job's steps are in the cache, up to the first missing one (its output is the later steps'
+    input, not there yet), and why that one has nothing to do for the model, where a worker found so. Read-only:
+    it walks the cache's entries as the worker will."""
     cache = Cache(Path(job.cache_dir) if job.cache_dir else None, use=job.use_cache)
+    if not cache.use:
+        return 0, None
     ctx = convert_context(job, _feeds(job.calibration or job.feeds, tuple(job.input_names)))
     art = job.source
-    for i, (conv, options) in enumerate(steps):
+    for i, ((_path, options), conv) in enumerate(zip(job.target.converters, _steps(job))):
         key = cache_key(art, conv, options, ctx)
-        hit = cache._cached(cache.root / "artifacts" / key[:2] / key) if cache.use else None
-        if hit is None:
-            return [c for c, _ in steps[i:]]
-        art = hit
-    return []
+        entry = cache.root / "artifacts" / key[:2] / key
+        art = cache._cached(entry)
+        if art is None:
+            return i, not_applicable(entry)
+    return len(job.target.converters), None
 
 
 @functools.lru_cache(maxsize=4)

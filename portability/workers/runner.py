@@ -25,7 +25,7 @@ from portability.workers import worker_pool
 from portability.core.limits import Limits
 from portability.workers.schedule import NoGate
 from portability.workers.tree import kill_procs, kill_tree, rss_mb, tree
-from portability.workers.cache import conversion_pool, conversion_pools
+from portability.workers.cache import conversion_pool, conversions_ahead
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +93,23 @@ def prestart(pool: str = "", resident: Path | bool = True, lasting: bool = False
     worker_pool.prestart(worker_env(), flavour=pool)
 
 
-def start_pools(jobs: list[Job]) -> None:
+def start_pools(jobs: list[Job]) -> dict[str, str]:
     """The worker pools these jobs' workers fork from start now, in the background: their runtimes' (``Job.pool``)
     and their conversions' still to make; one that two or more of them fork from is worth a zygote of its own even
-    for one check (``worker_pool.worth``)."""
-    pools = Counter(p for job in jobs for p in {job.pool} | conversion_pools(job) if p)
+    for one check (``worker_pool.worth``). Returns, by target id, why a job needs no worker: a conversion of its
+    chain has nothing to do for the model, as the cache remembers (``cache.conversions_ahead``)."""
+    pools: Counter = Counter()
+    skips: dict[str, str] = {}
+    for job in jobs:
+        ahead, why = conversions_ahead(job)
+        if why:
+            skips[job.target.id] = why
+        else:
+            pools.update(p for p in {job.pool} | ahead if p)
     worker_pool.worth(p for p, n in pools.items() if n > 1)
     for pool in sorted(pools):
         prestart(pool)
+    return skips
 
 
 def run_module(argv: list[str], env: dict[str, str], cwd: Path, flavour: str, timeout_s: float):
