@@ -304,7 +304,8 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
             log.debug("%s: no pool from its conversions (%s)", job.target.id, e)
     from portability.workers.worker_zygote import FLAVOUR_ENV, FLAVOURS
 
-    job = replace(job, pools={f: f in FLAVOUR_ENV for f in FLAVOURS if worker_pool.serves(f)})
+    if not job.target.python:  # another environment's interpreter is never a pool's
+        job = replace(job, pools={f: f in FLAVOUR_ENV for f in FLAVOURS if worker_pool.serves(f)})
     t0 = time.monotonic()  # 'start' counts the spawn too (the first one may start the pool)
     made: tuple = ()  # the conversions of the workers before, that left a step to another pool's
     phases: dict[str, float] = {}
