@@ -33,7 +33,8 @@ def test_server_targets_on_fixture(tmp_path, name):
     assert set(t) == {"server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference", "server/ort-cuda"}
     for tid in ("server/ort-cpu", "server/ort-cpu-noopt", "server/onnx-reference"):
         assert t[tid]["status"] == "pass", (tid, t[tid])
-        assert t[tid]["metrics"]["latency_ms"]["runs"] == 5
+        timed = t[tid]["metrics"]["latency_ms"]  # the spec's Python evaluator is compared, not timed: no device's speed
+        assert (timed["runs"] == 5) if tid != "server/onnx-reference" else (timed is None)
         art = t[tid]["artifact"]
         assert art["files"] == 1  # the snapshot is one self-contained file (external data folded in)
         assert abs(art["size_bytes"] - r["model"]["size_bytes"]) <= 0.05 * r["model"]["size_bytes"]
