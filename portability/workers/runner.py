@@ -101,7 +101,11 @@ def start_pools(jobs: list[Job]) -> dict[str, str]:
     pools: Counter = Counter()
     skips: dict[str, str] = {}
     for job in jobs:
-        ahead, why = conversions_ahead(job)
+        try:
+            ahead, why = conversions_ahead(job)
+        except Exception as e:  # noqa: BLE001 — its worker meets what is wrong (a converter, the feeds) and says so
+            log.debug("%s: conversions not looked ahead (%s)", job.target.id, e)
+            ahead, why = set(), None
         if why:
             skips[job.target.id] = why
         else:
