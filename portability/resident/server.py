@@ -212,6 +212,9 @@ class Resident:
         if not isinstance(pools, dict):
             raise BadRequest("pools is a JSON object: flavour -> environment")
         pools = {str(protocol.flavour(k)): protocol.environment(env) for k, env in pools.items()}
+        from portability.workers.zygote_handle import TRANSIENT
+
+        pools = {k: env for k, env in pools.items() if k not in TRANSIENT}  # a check starts those for itself
 
         def start() -> None:
             host = self.pool_host()
@@ -227,10 +230,11 @@ class Resident:
     def _pool(self, conn: socket.socket, f: BinaryIO, req: dict) -> None:
         """A lease of a worker pool's zygote (its provider, ``workers.zygote_handle.ZygoteHost``, keeps one per
         flavour and start-up environment): a copy of its control socket, held by the check until it gives it back
-        or its connection ends (the zygote stays: the next check forks from it too)."""
+        or its connection ends (the zygote stays: the next check forks from it too; but a ``TRANSIENT`` one)."""
         flavour, env = str(protocol.flavour(req.get("flavour") or "")), protocol.environment(req.get("env"))
+        host = self.pool_host()
         try:
-            z = self.pool_host().zygote(flavour, env)
+            z = host.zygote(flavour, env, lease=True)
         except Exception as e:  # the pool's own error, said to the check (which forks its own workers then)
             return _send(conn, {"ok": False, "error": f"the worker pool did not start: {e}"})
         with self._lock:
@@ -244,6 +248,7 @@ class Resident:
         finally:
             with self._lock:
                 self.pool_leases -= 1
+            host.release(z)
         return None
 
     # --- the loop --------------------------------------------------------------------------------------

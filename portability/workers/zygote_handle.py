@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from portability.workers.worker_zygote import PoolError, flavour_env, startup_env
+from portability.workers.worker_zygote import TFJS, PoolError, flavour_env, startup_env
 
 log = logging.getLogger("portability.workers.worker_pool")
 
@@ -266,20 +266,28 @@ class RemoteZygote(Zygote):
                     pass
 
 
+#: the flavours the resident session keeps only while a check leases them: they serve conversions (the TF.js
+#: converter's), and a check that has one to make starts its pool while its earlier steps run (``runner.start_pools``)
+TRANSIENT = (TFJS,)
+
+
 class ZygoteHost:
     """The resident session's worker pools (a provider of ``portability.resident``, leased whole by its ``pool``
     request): one zygote per flavour and start-up environment, started on the first check that asks, in that
-    check's worker environment, and kept until the resident session stops."""
+    check's worker environment, and kept until the resident session stops — but for a flavour kept only while a
+    check leases it (``TRANSIENT``), which stops with its last lease."""
 
     def __init__(self):
         self._zygotes: dict[tuple[str, str], Zygote] = {}
+        self._leases: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._starting: dict[tuple[str, str], threading.Lock] = {}  # one start at a time per zygote, not for all
         self.sandbox: dict = {}  # what every provider carries; the workers enter their check's own sandbox
 
-    def zygote(self, flavour: str, env: dict[str, str]) -> Zygote:
+    def zygote(self, flavour: str, env: dict[str, str], lease: bool = False) -> Zygote:
         """The zygote of ``flavour`` for workers of ``env``'s start-up environment, started now unless it runs
-        (one start at a time: a check asking meanwhile gets the same one). Raises PoolError."""
+        (one start at a time: a check asking meanwhile gets the same one); ``lease``: a check holds it until it
+        gives it back (``release``). Raises PoolError."""
         from portability.workers.worker_zygote import FLAVOURS
 
         if flavour not in FLAVOURS:
@@ -293,7 +301,24 @@ class ZygoteHost:
                 z = Zygote(env, "resident", flavour)
                 with self._lock:
                     self._zygotes[key] = z
+            if lease:
+                with self._lock:
+                    self._leases[key] = self._leases.get(key, 0) + 1
             return z
+
+    def release(self, z: Zygote) -> None:
+        """A check gave its lease of ``z`` back: a zygote of a flavour kept only while leased stops with its last."""
+        with self._lock:
+            key = next((k for k, v in self._zygotes.items() if v is z), None)
+            starting = self._starting.get(key) if key is not None else None
+        if starting is None:
+            return
+        with starting, self._lock:  # no check leases it meanwhile
+            left = self._leases[key] = max(0, self._leases.get(key, 1) - 1)
+            if left or z.flavour not in TRANSIENT:
+                return
+            self._zygotes.pop(key, None)
+        z.close(wait_s=5)
 
     def pools(self) -> list[dict]:
         with self._lock:
