@@ -212,15 +212,12 @@ class Resident:
         if not isinstance(pools, dict):
             raise BadRequest("pools is a JSON object: flavour -> environment")
         pools = {str(protocol.flavour(k)): protocol.environment(env) for k, env in pools.items()}
-        from portability.workers.zygote_handle import TRANSIENT
-
-        pools = {k: env for k, env in pools.items() if k not in TRANSIENT}  # a check starts those for itself
 
         def start() -> None:
             host = self.pool_host()
             for flavour, env in pools.items():
                 try:
-                    host.zygote(flavour, env)
+                    host.warm(flavour, env)
                 except Exception as e:  # a check that asks for it later is told why
                     log.warning("warming the worker pool %r: %s", flavour, e)
             self._last = time.monotonic()

@@ -306,6 +306,12 @@ class ZygoteHost:
                     self._leases[key] = self._leases.get(key, 0) + 1
             return z
 
+    def warm(self, flavour: str, env: dict[str, str]) -> None:
+        """Start the zygote for the next check (``zygote``), unless it is kept only while leased (``TRANSIENT``: a
+        check starts it for itself)."""
+        if flavour not in TRANSIENT:
+            self.zygote(flavour, env)
+
     def release(self, z: Zygote) -> None:
         """A check gave its lease of ``z`` back: a zygote of a flavour kept only while leased stops with its last."""
         with self._lock:
