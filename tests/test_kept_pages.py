@@ -314,3 +314,37 @@ def test_a_warm_check_reuses_the_resident_pages_and_still_compares(tmp_path):
         t = second[tid]
         assert t["status"] == "pass" and t["details"]["page"]["session_reused"], (tid, t["details"].get("page"))
         assert t["metrics"]["outputs"]["y"]["max_abs"] < 1e-4 and t["metrics"]["latency_ms"]["p50"] > 0
+
+
+def test_a_kept_webgpu_page_keeps_its_device_and_compiled_programs_for_the_next_model(tmp_path):
+    """ONNX Runtime's WebGPU context (its device, and the programs it compiled) lives while one of its sessions
+    does: the page keeps its warm session, so the next model of the same configuration runs on the device the
+    first one compiled for (a new model of the same shapes compiles nothing again), and agrees as before."""
+    from portability.web.service import KeepingChromium
+
+    model = conv_net(tmp_path / "m" / "model.onnx")
+    other = conv_net(tmp_path / "n" / "model.onnx", seed=7)
+    x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
+    c = KeepingChromium(webgpu=True)
+    try:
+        def runtime():
+            rt = _runtime(c.endpoint, ep="webgpu")
+            rt.services = {"browser-webgpu": c.endpoint}
+            return rt
+
+        out1, _, d1, _ = _once(runtime(), _artifact(model), x)
+        out2, _, d2, _ = _once(runtime(), _artifact(other), x)
+        fresh = KeepingChromium(webgpu=True)
+        try:  # the other model on a page of a browser of its own: what a device that ran nothing before gives
+            rt = _runtime(fresh.endpoint, ep="webgpu")
+            rt.services = {"browser-webgpu": fresh.endpoint}
+            out3, _, d3, _ = _once(rt, _artifact(other), x)
+        finally:
+            fresh.stop()
+    finally:
+        c.stop()
+    assert d1["device"]["sessions"] == 1 and d1["page"]["session_reused"] is False
+    assert d2["page"]["engine_started_before"] and d2["page"]["session_reused"] is False
+    assert d2["device"]["sessions"] == 2, "the second model ran on a device of its own"
+    assert d3["device"]["sessions"] == 1
+    np.testing.assert_array_equal(out2["y"], out3["y"])

@@ -15,6 +15,14 @@ async function webnnContext(deviceType) {
   return {api: 'navigator.ml', deviceType};
 }
 
+// The models' sessions the WebGPU device in use has served, this one included (null where ORT does not say)
+async function deviceSessions(ort) {
+  const gpu = ort.env.webgpu ? await ort.env.webgpu.device : null;
+  if (!gpu) return null;
+  gpu.portabilitySessions = (gpu.portabilitySessions || 0) + 1;
+  return gpu.portabilitySessions;
+}
+
 export async function create(cfg) {
   const webnn = cfg.ep === 'webnn' ? await webnnContext(cfg.deviceType || 'cpu') : null;
   const dist = cfg.modules + 'onnxruntime-web/dist/';
@@ -27,9 +35,12 @@ export async function create(cfg) {
   const options = {executionProviders: [provider], graphOptimizationLevel: cfg.graphOptimization || 'all', logSeverityLevel: 2};
   const runOptions = {logSeverityLevel: 2};
   // Initialise the runtime (wasm compile, GPU device) on a trivial model, so that "init" and
-  // "session" are measured apart.
+  // "session" are measured apart. ORT's WebGPU context (its GPU device and the programs it compiled) lives
+  // while one of its sessions does: there the warm session is kept for the page's life, so that a kept page's
+  // next model compiles only the shaders it does not share with earlier ones (a new model of the same shapes
+  // compiles none).
   const warm = await ort.InferenceSession.create(cfg.warmModel, options);
-  await warm.release();
+  if (cfg.ep !== 'webgpu') await warm.release();
   let session = null;
   let device = null;
   if (cfg.ep === 'webgpu') device = await webgpuAdapter(ort.env.webgpu && ort.env.webgpu.adapter);
@@ -68,6 +79,7 @@ export async function create(cfg) {
       // verbose session logging: the wasm core then prints where each node went ("Node placements")
       // on the console, where the driver reads it (the module holds its own console reference).
       session = await ort.InferenceSession.create(url, {...options, logSeverityLevel: 0, logVerbosityLevel: 0});
+      if (cfg.ep === 'webgpu' && device) device = {...device, sessions: await deviceSessions(ort)};
     },
     prepare(feeds) {
       const out = {};
