@@ -397,24 +397,21 @@ def test_a_check_starts_its_pool_at_once_and_a_bad_model_leaves_none(tmp_path, p
     assert pool.pid() is None
 
 
-def test_the_resident_keeps_the_tfjs_pool_only_while_a_check_leases_it(pool):
-    """The resident session's pools (``ZygoteHost``) stay between checks, but for the TF.js converter's: a check that
-    has a conversion for it to make starts it while its earlier steps run, and it stops with its last lease."""
+def test_the_resident_starts_the_tfjs_pool_for_a_check_that_asks_and_keeps_it_for_the_next_new_model(pool):
+    """The resident session's pools (``ZygoteHost``) stay between checks, the TF.js converter's too; but warming
+    (``serve``, the end of a check) leaves that one out: only a new model's conversions use it, and the check that
+    has one to make starts it while its earlier steps run. All go when the session lets go of its pools."""
     from portability.workers.runner import worker_env
     from portability.workers.zygote_handle import ZygoteHost
 
     host, env = ZygoteHost(), worker_env()
     try:
-        tfjs = host.zygote("tfjs", env, lease=True)
-        assert host.zygote("tfjs", env, lease=True) is tfjs  # a second check leases the same one
-        plain = host.zygote("", env, lease=True)
-        host.release(tfjs)
+        host.warm("tfjs", env)
+        host.warm("", env)
+        assert [p["flavour"] for p in host.pools()] == ["plain"]
+        tfjs = host.zygote("tfjs", env)
+        assert host.zygote("tfjs", env) is tfjs  # a second check forks from the same one
         assert tfjs.proc.poll() is None and {"flavour": "tfjs", "pid": tfjs.proc.pid} in host.pools()
-        host.release(tfjs)
-        assert tfjs.proc.wait(timeout=10) is not None and "tfjs" not in {p["flavour"] for p in host.pools()}
-        host.release(plain)
-        assert plain.proc.poll() is None and {"flavour": "plain", "pid": plain.proc.pid} in host.pools()  # kept
-        again = host.zygote("tfjs", env, lease=True)
-        assert again is not tfjs and again.proc.poll() is None  # the next check's own
     finally:
         host.close()
+    assert tfjs.proc.wait(timeout=10) is not None and host.pools() == []

@@ -227,11 +227,11 @@ class Resident:
     def _pool(self, conn: socket.socket, f: BinaryIO, req: dict) -> None:
         """A lease of a worker pool's zygote (its provider, ``workers.zygote_handle.ZygoteHost``, keeps one per
         flavour and start-up environment): a copy of its control socket, held by the check until it gives it back
-        or its connection ends (the zygote stays: the next check forks from it too; but a ``TRANSIENT`` one)."""
+        or its connection ends (the zygote stays: the next check forks from it too)."""
         flavour, env = str(protocol.flavour(req.get("flavour") or "")), protocol.environment(req.get("env"))
         host = self.pool_host()
         try:
-            z = host.zygote(flavour, env, lease=True)
+            z = host.zygote(flavour, env)
         except Exception as e:  # the pool's own error, said to the check (which forks its own workers then)
             return _send(conn, {"ok": False, "error": f"the worker pool did not start: {e}"})
         with self._lock:
@@ -245,7 +245,6 @@ class Resident:
         finally:
             with self._lock:
                 self.pool_leases -= 1
-            host.release(z)
         return None
 
     # --- the loop --------------------------------------------------------------------------------------

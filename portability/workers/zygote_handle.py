@@ -266,28 +266,27 @@ class RemoteZygote(Zygote):
                     pass
 
 
-#: the flavours the resident session keeps only while a check leases them: they serve conversions (the TF.js
-#: converter's), and a check that has one to make starts its pool while its earlier steps run (``runner.start_pools``)
-TRANSIENT = (TFJS,)
+#: the flavours the resident session does not warm for the next check: they serve conversions only (the TF.js
+#: converter's), which a check of a model seen before does not make; a check that has one to make starts its pool
+#: while its earlier steps run (``runner.start_pools``), and the pool then stays for the next new model, as the
+#: others do, until the session lets go of its pools when idle
+ON_DEMAND = (TFJS,)
 
 
 class ZygoteHost:
     """The resident session's worker pools (a provider of ``portability.resident``, leased whole by its ``pool``
-    request): one zygote per flavour and start-up environment, started on the first check that asks, in that
-    check's worker environment, and kept until the resident session stops — but for a flavour kept only while a
-    check leases it (``TRANSIENT``), which stops with its last lease."""
+    request): one zygote per flavour and start-up environment, started on the first check that asks (or warmed,
+    ``warm``), in that check's worker environment, and kept until the resident session stops or lets go of them."""
 
     def __init__(self):
         self._zygotes: dict[tuple[str, str], Zygote] = {}
-        self._leases: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._starting: dict[tuple[str, str], threading.Lock] = {}  # one start at a time per zygote, not for all
         self.sandbox: dict = {}  # what every provider carries; the workers enter their check's own sandbox
 
-    def zygote(self, flavour: str, env: dict[str, str], lease: bool = False) -> Zygote:
+    def zygote(self, flavour: str, env: dict[str, str]) -> Zygote:
         """The zygote of ``flavour`` for workers of ``env``'s start-up environment, started now unless it runs
-        (one start at a time: a check asking meanwhile gets the same one); ``lease``: a check holds it until it
-        gives it back (``release``). Raises PoolError."""
+        (one start at a time: a check asking meanwhile gets the same one). Raises PoolError."""
         from portability.workers.worker_zygote import FLAVOURS
 
         if flavour not in FLAVOURS:
@@ -301,30 +300,13 @@ class ZygoteHost:
                 z = Zygote(env, "resident", flavour)
                 with self._lock:
                     self._zygotes[key] = z
-            if lease:
-                with self._lock:
-                    self._leases[key] = self._leases.get(key, 0) + 1
             return z
 
     def warm(self, flavour: str, env: dict[str, str]) -> None:
-        """Start the zygote for the next check (``zygote``), unless it is kept only while leased (``TRANSIENT``: a
-        check starts it for itself)."""
-        if flavour not in TRANSIENT:
+        """Start the zygote for the next check (``zygote``), unless only a new model's conversions use it
+        (``ON_DEMAND``: the check that has one to make starts it)."""
+        if flavour not in ON_DEMAND:
             self.zygote(flavour, env)
-
-    def release(self, z: Zygote) -> None:
-        """A check gave its lease of ``z`` back: a zygote of a flavour kept only while leased stops with its last."""
-        with self._lock:
-            key = next((k for k, v in self._zygotes.items() if v is z), None)
-            starting = self._starting.get(key) if key is not None else None
-        if starting is None:
-            return
-        with starting, self._lock:  # no check leases it meanwhile
-            left = self._leases[key] = max(0, self._leases.get(key, 1) - 1)
-            if left or z.flavour not in TRANSIENT:
-                return
-            self._zygotes.pop(key, None)
-        z.close(wait_s=5)
 
     def pools(self) -> list[dict]:
         with self._lock:
