@@ -26,6 +26,7 @@ class CopyTf(Converter):
         from portability.core.artifact import Artifact
 
         p = run_tool([sys.executable, "-c", self.TOOL, str(src.path), str(out_dir / "model.onnx")], "the copying tool", ctx.timeout_s)
+        print(f"CopyTf made its copy in worker {os.getpid()}", file=sys.stderr, flush=True)  # for the worker's log
         return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="",
                         meta={**src.meta, "tool": json.loads(p.stdout.splitlines()[-1]), "worker": os.getpid(),
                               "worker_ppid": os.getppid()})
@@ -47,6 +48,7 @@ class CopyTfjs(CopyTf):
 
         p = run_tool([sys.executable, "-c", self.TOOL, str(src.path), str(out_dir / "model.onnx")], "the copying tool",
                      ctx.timeout_s, TF_ENABLE_ONEDNN_OPTS="0")
+        print(f"CopyTfjs made its copy in worker {os.getpid()}", file=sys.stderr, flush=True)  # for the worker's log
         return Artifact(path=out_dir / "model.onnx", format="onnx", sha256="",
                         meta={**src.meta, "tfjs_tool": json.loads(p.stdout.splitlines()[-1]), "tfjs_worker": os.getpid(),
                               "tfjs_worker_ppid": os.getppid()})

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -163,6 +164,11 @@ def test_each_step_is_made_in_a_worker_of_its_pool_where_a_pool_sets_its_own_env
     assert meta["tfjs_worker_ppid"] == echo["ppid"] == pool.pid("tfjs") not in (pool.pid("tensorflow"), pool.pid())
     assert psutil.Process(pool.pid("tfjs")).num_threads() == 1
     assert first.phases_s["start"] > 0 and first.phases_s["convert"] > 0
+    # the job's log is both workers', in the order they worked
+    log_text = Path(first.log).read_text()
+    tf_said, tfjs_said = f"CopyTf made its copy in worker {meta['worker']}", f"CopyTfjs made its copy in worker {meta['tfjs_worker']}"
+    assert log_text.index("a worker of the tensorflow pool, which left a step to the tfjs pool's") < log_text.index(tf_said)
+    assert log_text.index(tf_said) < log_text.index("the worker that went on") < log_text.index(tfjs_said)
     cached = _run(tmp_path, job, "cached")
     assert [c.cached for c in cached.conversions] == [True, True] and cached.details["echo"]["ppid"] == pool.pid()
     # a worker of the tfjs pool that would make a TensorFlow step leaves it to that pool's

@@ -312,6 +312,7 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
         job = replace(job, pools={f: f in FLAVOUR_ENV for f in FLAVOURS if worker_pool.serves(f)})
     t0 = time.monotonic()  # 'start' counts the spawn too (the first one may start the pool)
     made: tuple = ()  # the conversions of the workers before, that left a step to another pool's
+    logs = b""  # and their logs
     phases: dict[str, float] = {}
     peak = 0.0
     for n in range(len(job.target.converters) + 1):
@@ -321,11 +322,31 @@ def run_worker(job: Job, workdir: Path, limits: Limits, on_phase: Callable[[Phas
         peak = max(peak, watch.peak, result.peak_rss_mb or 0.0)
         if not result.again_in:
             break
+        logs += _log_of(workdir / "worker.log", job.pool, result.again_in)
         job = replace(job, pool=result.again_in)
     else:
         result = WorkerResult.failed(Status.CONVERT_ERROR, "each worker left a conversion to another pool's")
+    _before(workdir / "worker.log", logs)
     return replace(result, conversions=made, peak_rss_mb=round(peak, 1), wall_s=round(time.monotonic() - t0, 3),
                    log=str(workdir / "worker.log"), phases_s=phases)
+
+
+def _log_of(log_file: Path, pool: str, to: str) -> bytes:
+    """The log of a worker that left a step to a worker of the ``to`` pool (which writes ``log_file`` anew), headed."""
+    try:
+        text = log_file.read_bytes()
+    except OSError:
+        text = b""
+    return f"--- a worker of the {pool or 'plain'} pool, which left a step to the {to} pool's ---\n".encode() + text
+
+
+def _before(log_file: Path, earlier: bytes) -> None:
+    """The logs of the workers before (``_log_of``) put before the last worker's, so that the job's log is whole."""
+    if earlier:
+        try:
+            log_file.write_bytes(earlier + b"--- the worker that went on ---\n" + log_file.read_bytes())
+        except OSError as e:
+            log.debug("the earlier workers' logs are not kept: %s", e)
 
 
 def _attempt(job: Job, workdir: Path, limits: Limits, on_phase, gate, t0: float | None) -> tuple[WorkerResult, "_Watch"]:
