@@ -33,6 +33,13 @@ def _runtime(endpoint: str, **options):
     return rt
 
 
+def _webgpu_runtime(endpoint: str):
+    """onnxruntime-web on WebGPU, driving the pages of the WebGPU browser at ``endpoint``."""
+    rt = _runtime(endpoint, ep="webgpu")
+    rt.services = {"browser-webgpu": endpoint}
+    return rt
+
+
 def _artifact(path: Path):
     from portability.core.artifact import Artifact, sha256_files
 
@@ -132,15 +139,10 @@ def test_a_model_the_device_cannot_run_leaves_the_kept_session_as_it_was(tmp_pat
     x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
     c = KeepingChromium(webgpu=True)
     try:
-        def runtime():
-            rt = _runtime(c.endpoint, ep="webgpu")
-            rt.services = {"browser-webgpu": c.endpoint}
-            return rt
-
-        _, _, d1, _ = _once(runtime(), _artifact(model), x)
+        _, _, d1, _ = _once(_webgpu_runtime(c.endpoint), _artifact(model), x)
         assert d1["page"]["session_reused"] is False
         half = replace(_artifact(conv_net(tmp_path / "h" / "model.onnx", seed=3)), meta={"quantization": "float16 weights"})
-        rt = runtime()
+        rt = _webgpu_runtime(c.endpoint)
         try:
             rt.load(half)
             pytest.skip("this WebGPU adapter has float16 shaders: the float16 model loads")
@@ -148,7 +150,7 @@ def test_a_model_the_device_cannot_run_leaves_the_kept_session_as_it_was(tmp_pat
             assert "shader-f16" in str(e)
         finally:
             rt.close()
-        _, _, d3, t3 = _once(runtime(), _artifact(model), x)
+        _, _, d3, t3 = _once(_webgpu_runtime(c.endpoint), _artifact(model), x)
         assert d3["page"] == {"kept": True, "engine_started_before": True, "uses": 3, "session_reused": True}
         assert "session" not in t3 and d3["node_placement"] == d1["node_placement"]
     finally:
@@ -327,18 +329,11 @@ def test_a_kept_webgpu_page_keeps_its_device_and_compiled_programs_for_the_next_
     x = np.random.default_rng(1).random((1, 1, 28, 28), dtype=np.float32)
     c = KeepingChromium(webgpu=True)
     try:
-        def runtime():
-            rt = _runtime(c.endpoint, ep="webgpu")
-            rt.services = {"browser-webgpu": c.endpoint}
-            return rt
-
-        out1, _, d1, _ = _once(runtime(), _artifact(model), x)
-        out2, _, d2, _ = _once(runtime(), _artifact(other), x)
+        _, _, d1, _ = _once(_webgpu_runtime(c.endpoint), _artifact(model), x)
+        out2, _, d2, _ = _once(_webgpu_runtime(c.endpoint), _artifact(other), x)
         fresh = KeepingChromium(webgpu=True)
         try:  # the other model on a page of a browser of its own: what a device that ran nothing before gives
-            rt = _runtime(fresh.endpoint, ep="webgpu")
-            rt.services = {"browser-webgpu": fresh.endpoint}
-            out3, _, d3, _ = _once(rt, _artifact(other), x)
+            out3, _, d3, _ = _once(_webgpu_runtime(fresh.endpoint), _artifact(other), x)
         finally:
             fresh.stop()
     finally:
