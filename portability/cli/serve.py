@@ -52,7 +52,7 @@ def _serve(stop: bool, status: bool, idle: float, foreground: bool, as_json: boo
         typer.echo(f"stopped the resident session (pid {answer.get('pid')})")
         return 0
     if status:
-        info = _ask("status", path)
+        info = _ask("status", path, memory=True)
         if info is None:
             typer.echo(json.dumps({"running": False, "socket": str(path)}) if as_json else f"no resident session runs ({path})")
             return 1
@@ -68,10 +68,10 @@ def _serve(stop: bool, status: bool, idle: float, foreground: bool, as_json: boo
     return 0
 
 
-def _ask(op: str, path: Path) -> dict | None:
+def _ask(op: str, path: Path, **fields) -> dict | None:
     """The resident session's answer, None where none runs. Raises client.Refused."""
     try:
-        return client.request(op, path)
+        return client.request(op, path, **fields)
     except client.Refused:
         raise
     except client.Unreachable:
@@ -97,7 +97,7 @@ def _describe(info: dict) -> str:
     up = time.time() - float(info.get("since") or time.time())
     return (f"resident session pid {info['pid']} at {info['socket']}, up {up:.0f} s, {info.get('leases', 0)} "
             f"lease(s) held, {info.get('served', 0)} served; services: {services}; worker pools: {pools}; "
-            f"{info.get('pool_leases', 0)} check(s) forking from them; {_memory(info.get('memory_mb') or {})}; "
+            f"{info.get('pool_leases', 0)} check(s) forking from them; {_memory(info['memory_mb']) if 'memory_mb' in info else ''}"
             f"{_trim(info)}stops after {info.get('idle_s', 0):g} s idle")
 
 
@@ -111,9 +111,9 @@ def _trim(info: dict) -> str:
 
 def _memory(m: dict) -> str:
     if m.get("unique") is None:
-        return "memory unknown"
+        return "memory unknown; "
     return (f"memory {m['unique']:.0f} MB unique ({m['proportional']:.0f} MB proportional) in "
-            f"{m['processes']} processes")
+            f"{m['processes']} processes; ")
 
 
 def _wait_gone(pid: int, timeout: float = 15.0) -> None:

@@ -11,8 +11,8 @@ Protocol (``protocol.py``): JSON lines over a stream socket. A lease is its own 
     -> {"op": "release", "unwell": false}                 (or the connection ends: released as unwell)
     <- {"ok": true}
 
-and ``{"op": "running", ...}`` (is that service up?), ``{"op": "status"}`` and ``{"op": "stop"}`` are
-one-shot requests.
+and ``{"op": "running", ...}`` (is that service up?), ``{"op": "status"}`` (``"memory": true``: with the tree's
+memory, slower) and ``{"op": "stop"}`` are one-shot requests.
 
 Before it sends anything, a check makes sure of whom it talks to: the socket's folder is this user's alone
 (``core.dirs.check_private``, the folder of an explicitly named socket too) and the process listening is this

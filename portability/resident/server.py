@@ -95,7 +95,10 @@ class Resident:
         close_all(providers, log, "a service")
 
     # --- requests --------------------------------------------------------------------------------------
-    def status(self) -> dict:
+    def status(self, memory: bool = False) -> dict:
+        """What the session serves; with ``memory``, its tree's memory too (``serve --status``: reading every
+        process's page tables takes a tenth of a second or more with its browsers, which a check asking whether
+        the session runs should not wait for)."""
         with self._lock:
             services = [{"provider": c, "mode": m, "launches": getattr(p, "launches", 0)}
                         for (c, m), p in self._providers.items()]
@@ -103,7 +106,7 @@ class Resident:
         return {"ok": True, "pid": os.getpid(), "socket": str(self.path), "since": self.started,
                 "leases": self.leases, "served": self.served, "idle_s": self.idle_s, "services": services,
                 "worker_pools": pools, "pool_leases": self.pool_leases, "trim_s": self.trim_s, "trimmed": self.trimmed,
-                "memory_mb": tree_memory_mb(os.getpid())}
+                **({"memory_mb": tree_memory_mb(os.getpid())} if memory else {})}
 
     def trim(self) -> dict:
         """Let go of the worker pools and of the browsers' idle kept pages (the module's docstring); what was let go
@@ -164,7 +167,7 @@ class Resident:
         if op not in protocol.OPS:
             raise BadRequest(f"unknown request {op!r} (known: {', '.join(protocol.OPS)})")
         if op == "status":
-            return _send(conn, self.status())
+            return _send(conn, self.status(memory=req.get("memory") is True))
         self.trimmed = None  # a check: what it starts is let go of again after the next idle while
         self._last_check = time.monotonic()
         if op == "stop":
