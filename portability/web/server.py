@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import socketserver
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +55,16 @@ def _inside(root: Path, rel: str) -> Path | None:
     return p if p.is_file() else None
 
 
+class _LoopbackServer(ThreadingHTTPServer):
+    """An HTTP server on the loopback address, named by it: ``HTTPServer.server_bind`` asks the resolver for the
+    address's fully qualified name (``socket.getfqdn``: a reverse lookup, and the IDNA codec's import), a few ms of
+    every web target's worker, for a name nothing here reads."""
+
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
 class HarnessServer:
     """Use as a context manager, or ``start()`` / ``close()``; ``close`` is idempotent."""
 
@@ -80,7 +91,7 @@ class HarnessServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _LoopbackServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         # a short poll: ``shutdown`` waits for the loop to see it, and a worker closes its server as it ends
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": _POLL_S},

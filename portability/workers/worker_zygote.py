@@ -40,8 +40,9 @@ from portability.core.blas import blas_threads, openblas as _openblas  # noqa: F
 #: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``, then
 #: the browser driver every web target's worker imports (the DevTools client, the page server, the kept pages:
 #: the standard library's HTTP and e-mail modules, some 60 ms a worker), the engines' runtimes and ONNX (which
-#: the web page's warm-up model, OpenVINO's port names and the reference runtime read: 0.1-0.2 s a worker)
-PRELOAD = ("numpy", "onnx", "onnx.helper", "onnx.numpy_helper", "onnx.reference", "portability.core.protocol",
+#: the web page's warm-up model, OpenVINO's port names and the reference runtime read: 0.1-0.2 s a worker) and the
+#: codec ``zipfile`` reads an ``.npz``'s member names with (the job's feeds)
+PRELOAD = ("numpy", "encodings.cp437", "onnx", "onnx.helper", "onnx.numpy_helper", "onnx.reference", "portability.core.protocol",
            "portability.workers.worker", "portability.workers.cache", "portability.converters.base",
            "portability.core.artifact", "portability.core.target", "portability.core.errors", "portability.runtimes.base",
            "portability.metrics.latency", "portability.runtimes.web", "portability.web.browser", "portability.web.server",
