@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 from portability.converters.forked import COSMETIC, KERAS_HOME, READ_AT_IMPORT, keras_settings
 from portability.core.blas import blas_threads, openblas as _openblas  # noqa: F401  (blas_threads: the tests read it here)
 
-#: imported once in the zygote: numpy and what the worker imports at module level and in ``run_job``, then
-#: the browser driver every web target's worker imports (the DevTools client, the page server, the kept pages:
-#: the standard library's HTTP and e-mail modules, some 60 ms a worker), the engines' runtimes and ONNX (which
-#: the web page's warm-up model, OpenVINO's port names and the reference runtime read: 0.1-0.2 s a worker) and the
-#: codec ``zipfile`` reads an ``.npz``'s member names with (the job's feeds)
+#: imported once in the zygote: numpy, the codec ``zipfile`` reads an ``.npz``'s member names with, what the worker
+#: imports at module level and in ``run_job``, the browser driver of every web target's worker (the DevTools client,
+#: the page server, the kept pages: the standard library's HTTP and e-mail modules, some 60 ms a worker), the engines'
+#: runtimes and ONNX (the web page's warm-up model, OpenVINO's port names and the reference read it: 0.1-0.2 s a worker)
 PRELOAD = ("numpy", "encodings.cp437", "onnx", "onnx.helper", "onnx.numpy_helper", "onnx.reference", "portability.core.protocol",
            "portability.workers.worker", "portability.workers.cache", "portability.converters.base",
            "portability.core.artifact", "portability.core.target", "portability.core.errors", "portability.runtimes.base",
