@@ -70,6 +70,36 @@ def test_static_batch_tflite_int8(tmp_path):
     _passes(tmp_path, _pt2(tmp_path / "cnn_b2.pt2"), "mobile/tflite-int8")
 
 
+def _square(path):
+    """y = Relu((x @ x) @ W), x [n, n]: the batch dimension is also the other axis (a model the check runs at the
+    shape ``--shape`` gives), IR 6 / opset 11, outputs in the hundreds."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((8, 8)) * 30).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "x"], ["xx"]), helper.make_node("MatMul", ["xx", "w"], ["y0"]),
+             helper.make_node("Relu", ["y0"], ["y"])]
+    graph = helper.make_graph(nodes, "square", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_dynamic_batch_shared_with_another_axis_calibrates_at_the_checks_shape(tmp_path):
+    """Calibration fed such a model one row per call (x [1, 8]: x @ x cannot run); it takes the check's shape now."""
+    from portability.converters.calibration import batch_of
+
+    assert batch_of([{"name": "x", "shape": ["n", "n"]}], {"x": [8, 8]}) == {"x": 8}
+    assert batch_of([{"name": "x", "shape": [2, 16]}], {"x": [8, 16]}) == {"x": 2}  # a static batch stays its own
+    assert batch_of([{"name": "x", "shape": ["n", 16]}]) == {"x": 1}
+    t = by_id(check_json(tmp_path, _square(tmp_path / "square.onnx"), "--shape", "x=8x8", "--targets", "server/ort-qdq",
+                         expect_rc=None))["server/ort-qdq"]
+    assert t["status"] == "pass", (t["status"], t.get("error"), t.get("breaches"))
+    assert "QuantizeLinear" in t["details"]["artifact_meta"]["quantized_ops"]
+
+
 def test_tflite_calibration_items_take_the_static_batch():
     from portability.converters.base import ConvertContext
     from portability.converters.onnx2tf import _calibration

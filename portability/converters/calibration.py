@@ -16,9 +16,16 @@ def static_batch(shape) -> int:
     return d if isinstance(d, int) and not isinstance(d, bool) and d > 0 else 1
 
 
-def batch_of(signature_inputs: list[dict]) -> dict[str, int]:
-    """Each input's static batch size (1 where dynamic), from a signature's ``inputs``."""
-    return {t["name"]: static_batch(t.get("shape") or []) for t in signature_inputs}
+def batch_of(signature_inputs: list[dict], resolved: dict[str, list[int]] | None = None) -> dict[str, int]:
+    """Each input's batch size, from a signature's ``inputs``: its static one, else the one the check resolved for
+    it (``ConvertContext.input_shapes``: ``--shape``; a model whose batch dimension is also another axis's, as a
+    square ``[n, n]`` input's, takes no call of one row), else 1."""
+    def shape(t: dict) -> list:
+        own = t.get("shape") or []
+        fixed = bool(own) and static_batch(own[:1]) == own[0]
+        return own if fixed else (resolved or {}).get(t["name"]) or own
+
+    return {t["name"]: static_batch(shape(t)) for t in signature_inputs}
 
 
 def calibration_batches(cal: dict[str, np.ndarray], batch: dict[str, int],

@@ -225,7 +225,8 @@ class QdqInt8FromOnnx(_OrtQuant):
             work = Path(tmp) / "model.onnx"
             _plain_copy(src.path, work)
             excluded = _float_nodes(options, work)
-            calls, n = calibration_batches(cal, batch_of(read_signature(work)["inputs"]), _CAL_MAX_SAMPLES)
+            calls, n = calibration_batches(cal, batch_of(read_signature(work)["inputs"], ctx.input_shapes),
+                                           _CAL_MAX_SAMPLES)
 
             def quantize(model: Path) -> None:
                 quantize_static(model, out, _Reader(calls), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
